@@ -90,3 +90,7 @@ class StepResult:
     outputs: list[RequestOutput] = field(default_factory=list)
     iteration: IterationStats = field(default_factory=IterationStats)
     scheduler: SchedulerStats = field(default_factory=SchedulerStats)
+    kv_events: list = field(default_factory=list)  # engine.kv_events.KVEvent, in the order they happened
+    # False for the notice sent after a command (abort, prefix-cache reset) changed state between steps:
+    # gauges and KV events are current, but no iteration ran, so iteration histograms must not observe it.
+    is_step: bool = True

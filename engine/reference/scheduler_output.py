@@ -10,17 +10,20 @@ from engine.reference.sequence import Sequence
 @dataclass
 class ScheduledChunk:
     seq: Sequence
-    # Tokens to compute this step: all_token_ids[seq.num_computed_tokens : seq.num_computed_tokens + num_new_tokens].
+    # Tokens to compute this step: all_token_ids[start : start + num_new_tokens].
     # Their slots are already allocated in seq.block_table.
     num_new_tokens: int
+    # seq.num_computed_tokens when the chunk was scheduled. A snapshot, not a property: the scheduler
+    # advances seq.num_computed_tokens after the step, and the chunk must still describe what ran.
+    start: int = -1
 
-    @property
-    def start(self) -> int:
-        return self.seq.num_computed_tokens
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            self.start = self.seq.num_computed_tokens
 
     @property
     def end(self) -> int:
-        return self.seq.num_computed_tokens + self.num_new_tokens
+        return self.start + self.num_new_tokens
 
     @property
     def samples(self) -> bool:
