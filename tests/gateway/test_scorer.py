@@ -1,0 +1,169 @@
+"""rank_engines: locality vs load in one score, the hot-spot guard, sessions; properties with hypothesis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleetctl.gateway.scorer import EngineView, RankedEngine, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
+
+POLICY = ScorerPolicy()
+BLOCKS = tuple(range(100, 114))  # a 14-block prompt
+REQUEST = RouteRequest(block_hashes=BLOCKS, num_prompt_tokens=14 * 16 + 5)
+
+
+def engine(engine_id: str, **fields) -> EngineView:
+    base = dict(
+        role="mixed", class_ref="chat@r1", healthy=True, num_running=0, num_waiting=0, kv_cache_usage=0.3,
+        queued_prefill_tokens=0, prefill_tokens_per_s=2000.0, cached_blocks=0, recent_share=0.25,
+    )
+    return EngineView(engine_id=engine_id, **{**base, **fields})
+
+
+def order(ranked: list[RankedEngine]) -> list[str]:
+    return [r.engine_id for r in ranked]
+
+
+# --- examples ---
+
+
+def test_cached_prefix_wins_at_equal_load_and_reason_says_why():
+    snapshot = RoutingSnapshot([engine("a", cached_blocks=2), engine("b", cached_blocks=12, num_waiting=3, kv_cache_usage=0.41)])
+    ranked = rank_engines(REQUEST, snapshot, POLICY)
+    assert order(ranked) == ["b", "a"]
+    assert ranked[0].reason.startswith("12/14 blocks cached, 3 waiting, 0 running, kv 41%, prefill ~")
+
+
+def test_load_outweighs_a_short_cached_prefix():
+    snapshot = RoutingSnapshot([engine("a", cached_blocks=2, queued_prefill_tokens=8000, num_waiting=10), engine("b")])
+    assert order(rank_engines(REQUEST, snapshot, POLICY)) == ["b", "a"]
+
+
+def test_unhealthy_other_class_and_other_role_engines_are_excluded():
+    snapshot = RoutingSnapshot([
+        engine("sick", healthy=False, cached_blocks=14),
+        engine("old", class_ref="chat@r0", cached_blocks=14),
+        engine("dec", role="decode"),
+        engine("ok"),
+    ])
+    request = replace(REQUEST, class_ref="chat@r1", roles=frozenset({"mixed", "prefill"}))
+    assert order(rank_engines(request, snapshot, POLICY)) == ["ok"]
+    assert rank_engines(request, RoutingSnapshot([engine("sick", healthy=False)]), POLICY) == []
+
+
+def test_nearly_full_kv_is_penalised():
+    snapshot = RoutingSnapshot([engine("full", kv_cache_usage=0.98, cached_blocks=4), engine("roomy", kv_cache_usage=0.5)])
+    ranked = rank_engines(REQUEST, snapshot, POLICY)
+    assert order(ranked) == ["roomy", "full"] and "kv nearly full" in ranked[1].reason
+
+
+def test_hot_spot_loses_its_locality_bonus():
+    hot = engine("hot", cached_blocks=14, recent_share=0.7)
+    snapshot = RoutingSnapshot([hot, engine("b", recent_share=0.1), engine("c", recent_share=0.1), engine("d", recent_share=0.1)])
+    ranked = rank_engines(REQUEST, snapshot, POLICY)
+    assert ranked[0].engine_id != "hot"
+    assert ranked[-1].hot_spot_damped and ranked[-1].reason.endswith("hot-spot damped")
+    unguarded = rank_engines(REQUEST, snapshot, replace(POLICY, hot_spot_factor=float("inf")))
+    assert unguarded[0].engine_id == "hot"
+
+
+def test_session_sticks_within_margin_and_not_beyond():
+    snapshot = RoutingSnapshot([engine("a", cached_blocks=14), engine("b", cached_blocks=13)], sessions={"s1": "b"})
+    ranked = rank_engines(replace(REQUEST, session_id="s1"), snapshot, POLICY)
+    assert order(ranked) == ["b", "a"] and ranked[0].sticky and "sticky session" in ranked[0].reason
+
+    far = RoutingSnapshot([engine("a", cached_blocks=14), engine("b", queued_prefill_tokens=20_000)], sessions={"s1": "b"})
+    assert order(rank_engines(replace(REQUEST, session_id="s1"), far, POLICY)) == ["a", "b"]
+    gone = RoutingSnapshot([engine("a")], sessions={"s1": "b"})  # the session's engine left
+    assert order(rank_engines(replace(REQUEST, session_id="s1"), gone, POLICY)) == ["a"]
+
+
+# --- properties ---
+
+loads = st.fixed_dictionaries({
+    "num_running": st.integers(0, 64),
+    "num_waiting": st.integers(0, 32),
+    "kv_cache_usage": st.floats(0.0, 1.0),
+    "queued_prefill_tokens": st.integers(0, 50_000),
+    "prefill_tokens_per_s": st.floats(100.0, 50_000.0),
+    "recent_share": st.floats(0.0, 1.0),
+})
+others = st.lists(st.builds(lambda c, l: (c, l), st.integers(0, 14), loads), max_size=4)
+
+
+def with_others(pair: list[EngineView], extra) -> RoutingSnapshot:
+    return RoutingSnapshot(pair + [engine(f"x{i}", cached_blocks=c, **l) for i, (c, l) in enumerate(extra)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(loads, st.integers(0, 14), st.integers(0, 14), st.integers(1, 14 * 16 + 15), others, st.booleans())
+def test_longer_cached_prefix_never_ranks_lower_at_equal_load(load, c1, c2, prompt_tokens, extra, a_first):
+    shorter, longer = sorted((c1, c2))
+    a, b = engine("a", cached_blocks=longer, **load), engine("b", cached_blocks=shorter, **load)
+    ranked = order(rank_engines(replace(REQUEST, num_prompt_tokens=prompt_tokens), with_others([a, b] if a_first else [b, a], extra), POLICY))
+    assert ranked.index("a") < ranked.index("b")
+
+
+@settings(max_examples=300, deadline=None)
+@given(loads, st.integers(0, 14), st.integers(0, 8), st.integers(0, 8), st.integers(0, 5000), st.floats(0.0, 0.5), others)
+def test_lower_load_ranks_higher_at_equal_cache(load, cached, more_waiting, more_running, more_queued, more_kv, extra):
+    busier = dict(
+        load,
+        num_waiting=load["num_waiting"] + more_waiting,
+        num_running=load["num_running"] + more_running,
+        queued_prefill_tokens=load["queued_prefill_tokens"] + more_queued,
+        kv_cache_usage=min(1.0, load["kv_cache_usage"] + more_kv),
+    )
+    if more_waiting == more_running == more_queued == 0:
+        busier["num_waiting"] += 1  # strictly busier in at least one of waiting / running / queued (KV may tie)
+    idle, busy = engine("idle", cached_blocks=cached, **load), engine("busy", cached_blocks=cached, **busier)
+    ranked = order(rank_engines(REQUEST, with_others([busy, idle], extra), POLICY))
+    assert ranked.index("idle") < ranked.index("busy")
+
+
+def simulate(n: int, prefix_blocks: int, throughput: float, utilisation: float, spread: bool, policy: ScorerPolicy,
+             requests: int = 2000, warmup: int = 200, alpha: float = 0.05) -> list[int]:
+    """A stream of requests sharing one prefix, held at first by engine 0 only; how many each engine got.
+
+    Requests arrive evenly at `utilisation` of the fleet's prefill capacity counted without any cache (an
+    overloaded fleet is admission's problem, not routing's: there the cached engine's cheaper prefills
+    rightly earn it more traffic). Each engine's queue drains at its throughput; recent shares are an EWMA
+    of choices. `spread`: engines cache the prefix once they serve it (the real world); otherwise engine 0
+    keeps the only copy (the worst case for the guard)."""
+    prompt = prefix_blocks * 16 + 7
+    interval_s = prompt / (n * throughput * utilisation)
+    request = RouteRequest(block_hashes=tuple(range(prefix_blocks)), num_prompt_tokens=prompt)
+    cached, queued, share, counts = [prefix_blocks] + [0] * (n - 1), [0.0] * n, [0.0] * n, [0] * n
+    for i in range(requests):
+        queued = [max(0.0, q - throughput * interval_s) for q in queued]
+        snapshot = RoutingSnapshot([
+            engine(f"e{k}", cached_blocks=cached[k], queued_prefill_tokens=int(queued[k]), num_waiting=int(queued[k] // prompt),
+                   prefill_tokens_per_s=throughput, recent_share=share[k])
+            for k in range(n)
+        ])
+        chosen = int(rank_engines(request, snapshot, policy)[0].engine_id[1:])
+        queued[chosen] += prompt - min(cached[chosen] * 16, prompt)
+        if spread:
+            cached[chosen] = prefix_blocks
+        share = [(1 - alpha) * s + alpha * (k == chosen) for k, s in enumerate(share)]
+        if i >= warmup:
+            counts[chosen] += 1
+    return counts
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(2, 6), st.integers(1, 64), st.floats(500.0, 20_000.0), st.floats(0.05, 0.95), st.booleans(),
+    st.floats(1.2, 3.0),
+)
+def test_hot_spot_guard_bounds_the_busiest_engines_share(n, prefix_blocks, throughput, utilisation, spread, factor):
+    counts = simulate(n, prefix_blocks, throughput, utilisation, spread, replace(POLICY, hot_spot_factor=factor))
+    shares = [c / sum(counts) for c in counts]
+    assert max(shares) <= factor * (sum(shares) / n) + 0.05
+
+
+def test_without_the_guard_one_engine_takes_everything():
+    counts = simulate(4, 14, 20_000.0, 0.5, spread=False, policy=replace(POLICY, hot_spot_factor=float("inf")))
+    assert counts[0] == sum(counts)
