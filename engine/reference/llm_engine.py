@@ -68,7 +68,7 @@ class LLMEngine:
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching, config.hash_seed
         )
         self.scheduler = Scheduler(config, self.block_manager)
-        self.sampler = Sampler(config.sampler)
+        self.sampler = Sampler(config.sampler, eos_token_id=bundle.eos_token_id)
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_id, config.max_model_len)
         self._external_kv: dict[str, torch.Tensor] = {}
         self._push_sinks: dict[str, KVPushSink] = {}
