@@ -37,6 +37,7 @@ class EngineConfig:
     seed: int = 0  # initialisation seed of the tiny model
     # --- KV cache and scheduling (performance) ---
     kv_cache_mib: int = 256  # size of the paged KV pool
+    num_blocks_override: int | None = None  # exact pool size in blocks (tests, as vLLM's num_gpu_blocks_override)
     block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV block
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True

@@ -38,7 +38,7 @@ class ModelRunner:
         self.bytes_per_block = (
             2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * self.kv_dtype.itemsize
         )
-        self.num_blocks = config.kv_cache_mib * 2**20 // self.bytes_per_block
+        self.num_blocks = config.num_blocks_override or config.kv_cache_mib * 2**20 // self.bytes_per_block
         if self.num_blocks < 1:
             raise ValueError(f"kv_cache_mib={config.kv_cache_mib} holds no block of {self.bytes_per_block} bytes")
         # kv: [L, 2, N, bs, Hkv, D]; zeros so unwritten slots are deterministic
