@@ -1,0 +1,15 @@
+"""fleetctl's exit codes: a documented, stable contract for scripts (docs/control-plane.md)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0  # done
+    ERROR = 1  # anything else: a server error, a drain that did not finish in time, an aborted prompt
+    USAGE = 2  # bad command line or bad input: unknown option, unreadable file, invalid field (422), too large (413)
+    NOT_FOUND = 3  # the named node, engine, class, deployment or token does not exist (404)
+    AUTH = 4  # token missing, unknown or revoked (401), or its role is not enough (403)
+    REFUSED = 5  # conflict or refused by the current state (409, other 4xx)
+    UNAVAILABLE = 6  # controller unreachable, timed out, or its database is down (503)

@@ -1,0 +1,54 @@
+"""Admin: API tokens (create shows the token once; revoke keeps the row) and the audit log (read-only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+
+from fleetctl.controller import audit, tokens
+from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
+from fleetctl.controller.audit import NOOP, OK
+from fleetctl.controller.auth import ADMIN, VIEWER
+from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.schemas import Body, TokenCreate
+
+router = APIRouter(prefix="/api/v1", tags=["admin"])
+
+
+@router.post("/tokens", name="token.create", status_code=201)
+def token_create(body: TokenCreate, change: Change = Depends(mutation(ADMIN))) -> dict[str, Any]:
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        row, token = tokens.create_token(session, body.name, body.role, change.actor, runtime.clock())
+        change.record(session, target=body.name, status=201)
+        view = tokens.token_view(row)
+    return {**view, "token": token}
+
+
+@router.get("/tokens", name="token.list", dependencies=[Depends(require(ADMIN))])
+def token_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
+    with runtime.store.session() as session:
+        return [tokens.token_view(row) for row in tokens.list_tokens(session)]
+
+
+@router.delete("/tokens/{name}", name="token.revoke")
+def token_revoke(name: str, body: Body | None = None, change: Change = Depends(mutation(ADMIN))) -> dict[str, Any]:
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        revoked = tokens.revoke_token(session, name, runtime.clock())
+        change.record(session, target=name, result=OK if revoked else NOOP)
+    return {"name": name, "result": "revoked" if revoked else "unchanged"}
+
+
+@router.get("/audit", name="audit.list", dependencies=[Depends(require(VIEWER))])
+def audit_list(
+    since: str | None = Query(default=None, description="a duration ago (15m, 2h, 7d) or an ISO 8601 time"),
+    actor: str | None = Query(default=None, description="token name"),
+    limit: int = Query(default=1000, ge=1, le=audit.MAX_LIST),
+    runtime: ControllerRuntime = Depends(get_runtime),
+) -> list[dict[str, Any]]:
+    now = runtime.clock()
+    start = audit.parse_since(since, now) if since else None
+    with runtime.store.session() as session:
+        return [audit.event_view(row) for row in audit.list_events(session, start, actor, limit)]

@@ -1,0 +1,53 @@
+"""Deployments: set (create or update), list, show, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+
+from fleetctl.controller import deployments
+from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
+from fleetctl.controller.audit import NOOP, OK
+from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.schemas import Body, DeploymentSet
+
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
+read = [Depends(require(VIEWER))]
+
+
+@router.put("/{name}", name="deployment.set", responses={201: {"description": "created"}})
+def deployment_set(name: str, body: DeploymentSet, response: Response, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        row, result = deployments.set_deployment(session, valid_name(name), body, change.actor, runtime.clock())
+        status = 201 if result == deployments.CREATED else 200
+        change.record(session, target=name, result=NOOP if result == deployments.UNCHANGED else OK, status=status)
+        view = deployments.deployment_view(row)
+    response.status_code = status
+    runtime.wake()
+    return {**view, "result": result}
+
+
+@router.get("", name="deployment.list", dependencies=read)
+def deployment_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
+    with runtime.store.session() as session:
+        return [deployments.deployment_view(row) for row in deployments.list_deployments(session)]
+
+
+@router.get("/{name}", name="deployment.show", dependencies=read)
+def deployment_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
+    with runtime.store.session() as session:
+        return deployments.deployment_view(deployments.get_deployment(session, name))
+
+
+@router.delete("/{name}", name="deployment.delete")
+def deployment_delete(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """The deployment's engines are drained by the next reconcile."""
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        deployments.delete_deployment(session, name)
+        change.record(session, target=name)
+    runtime.wake()
+    return {"name": name, "result": "deleted"}

@@ -1,0 +1,90 @@
+"""Nodes and engines: list, show, cordon, uncordon, drain (operator to change, viewer to read)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
+
+from fleetctl.controller import nodes, views
+from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
+from fleetctl.controller.audit import NOOP, OK
+from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.schemas import Body
+
+router = APIRouter(prefix="/api/v1", tags=["nodes"])
+read = [Depends(require(VIEWER))]
+
+
+@router.get("/nodes", name="node.list", dependencies=read)
+def node_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
+    with runtime.store.session() as session:
+        return views.nodes(session, runtime.clock())
+
+
+@router.get("/nodes/{name}", name="node.show", dependencies=read)
+def node_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
+    with runtime.store.session() as session:
+        return _node_detail(session, name, runtime)
+
+
+def _node_detail(session: Session, name: str, runtime: ControllerRuntime) -> dict[str, Any]:
+    engines = views.engines(session, node=name)
+    return {**nodes.node_view(nodes.get_node(session, name), runtime.clock(), sum(e["deployment"] is not None for e in engines)),
+            "engine_list": engines}
+
+
+def _node_change(name: str, change: Change, apply: Callable[[Session, str], bool]) -> dict[str, Any]:
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        changed = apply(session, valid_name(name, "node"))
+        change.record(session, target=name, result=OK if changed else NOOP)
+        detail = _node_detail(session, name, runtime)
+    runtime.wake()
+    return {**detail, "result": "changed" if changed else "unchanged"}
+
+
+@router.post("/nodes/{name}/cordon", name="node.cordon")
+def node_cordon(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """No new engines on this node; its engines keep running."""
+    return _node_change(name, change, lambda s, n: nodes.set_cordon(s, n, True))
+
+
+@router.post("/nodes/{name}/uncordon", name="node.uncordon")
+def node_uncordon(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """New engines may be placed here again (also ends a drain; drained engines are not brought back)."""
+    return _node_change(name, change, lambda s, n: nodes.set_cordon(s, n, False))
+
+
+@router.post("/nodes/{name}/drain", name="node.drain")
+def node_drain(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Cordon, and mark every engine on the node drain=true: the agent drains and stops them; the
+    reconciler places replacements elsewhere."""
+    return _node_change(name, change, nodes.drain_node)
+
+
+@router.get("/engines", name="engine.list", dependencies=read)
+def engine_list(node: str | None = None, runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
+    with runtime.store.session() as session:
+        return views.engines(session, node=node)
+
+
+@router.get("/engines/{name}", name="engine.show", dependencies=read)
+def engine_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
+    with runtime.store.session() as session:
+        return views.engine(session, name)
+
+
+@router.post("/engines/{name}/drain", name="engine.drain")
+def engine_drain(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Mark one engine drain=true; a replacement is placed if its deployment still wants it."""
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        _node, changed = nodes.drain_engine(session, name)
+        change.record(session, target=name, result=OK if changed else NOOP)
+        view = views.engine(session, name)
+    runtime.wake()
+    return {**view, "result": "changed" if changed else "unchanged"}

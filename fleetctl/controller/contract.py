@@ -1,0 +1,125 @@
+"""Wire types of the agent <-> controller and gateway <- controller contracts (docs/contracts.md).
+
+Requests are validated completely; a bad field is a 422 naming it. Unknown fields from agents are
+ignored (not refused), so a newer agent can still talk to an older controller during an upgrade.
+Responses are described here so the OpenAPI schema documents them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fleetctl.controller.schemas import LabelMap, Name, NonBlank
+
+AGENT_INPUT = ConfigDict(extra="ignore")
+Role = Literal["mixed", "prefill", "decode"]
+EngineState = Literal["starting", "ready", "draining", "stopped", "failed"]
+
+
+class Capacity(BaseModel):
+    model_config = AGENT_INPUT
+
+    engines: int = Field(ge=0, le=10_000, description="how many engines the node may run")
+    kv_mib: int = Field(ge=0, description="KV memory the node offers, MiB")
+
+
+class RegisterRequest(BaseModel):
+    model_config = AGENT_INPUT
+
+    node: Name
+    url: NonBlank = Field(description="the agent's base URL")
+    labels: LabelMap = Field(default_factory=dict)
+    capacity: Capacity
+    agent_version: str = Field(default="", max_length=100)
+
+
+class RegisterResponse(BaseModel):
+    node: str
+    heartbeat_interval_s: float
+    generation: int
+
+
+class EngineMetrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    num_requests_running: float = 0
+    num_requests_waiting: float = 0
+    kv_cache_usage_perc: float = 0
+    prefix_cache_queries: float = 0
+    prefix_cache_hits: float = 0
+
+
+class EngineObserved(BaseModel):
+    model_config = AGENT_INPUT
+
+    name: NonBlank
+    model: NonBlank
+    class_ref: NonBlank
+    role: Role
+    state: EngineState
+    pid: int | None = None
+    port: int | None = Field(default=None, ge=0, le=65535)
+    url: str | None = None
+    kv_events_endpoint: str | None = None
+    restarts: int = Field(default=0, ge=0)
+    last_exit: str | None = None
+    metrics: EngineMetrics = Field(default_factory=EngineMetrics)
+
+
+class HeartbeatRequest(BaseModel):
+    model_config = AGENT_INPUT
+
+    node: Name
+    generation: int = Field(ge=0, description="the last assignment generation the agent applied")
+    engines: list[EngineObserved] = Field(default_factory=list, max_length=10_000)
+    cut_off_s: float | None = Field(default=None, ge=0, description="seconds unreachable before this beat")
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_names(cls, engines: list[EngineObserved]) -> list[EngineObserved]:
+        names = [engine.name for engine in engines]
+        if len(set(names)) != len(names):
+            raise ValueError("engine names must be unique")
+        return engines
+
+
+class EngineAssignmentOut(BaseModel):
+    name: str
+    model: str
+    class_ref: str
+    spec: dict[str, Any]
+    role: Role
+    drain: bool
+
+
+class HeartbeatResponse(BaseModel):
+    generation: int
+    assignment: list[EngineAssignmentOut]
+    heartbeat_interval_s: float
+
+
+class RoutingModel(BaseModel):
+    traffic: dict[str, float]
+    pd: bool
+    classes: dict[str, dict[str, Any]]
+
+
+class RoutingEngine(BaseModel):
+    name: str
+    node: str
+    model: str
+    class_ref: str
+    role: str
+    url: str | None
+    state: str
+    kv_events_endpoint: str | None
+    metrics: dict[str, Any]
+
+
+class RoutingTable(BaseModel):
+    generation: int
+    models: dict[str, RoutingModel]
+    engines: list[RoutingEngine]
+    flags: dict[str, Any]

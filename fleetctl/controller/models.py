@@ -1,0 +1,170 @@
+"""The SQL schema (SQLAlchemy 2 ORM). Alembic migrations in migrations/ must produce exactly this;
+tests/controller/test_migrations.py compares the two.
+
+Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
+assignments. Observed state: nodes (registration, heartbeat) and engines (what agents report).
+Bookkeeping: api_tokens, audit_events (append-only).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """timestamptz on PostgreSQL; on SQLite (no time zones) values come back naive and are read as UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: use datetime.now(timezone.utc)")
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+NAME = 63  # DNS-label length: node, engine, class, deployment and token names
+REF = 80  # NAME@rN
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    url: Mapped[str] = mapped_column(String(500))
+    labels: Mapped[dict[str, Any]]
+    capacity_engines: Mapped[int] = mapped_column(Integer)
+    capacity_kv_mib: Mapped[int] = mapped_column(Integer)
+    agent_version: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(16))  # up | down
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    registered_at: Mapped[datetime]
+    last_heartbeat_at: Mapped[datetime]
+    cut_off_s: Mapped[float | None] = mapped_column(Float)  # what the agent said about its last outage
+    generation: Mapped[int] = mapped_column(Integer, default=0)  # of the desired assignment
+    applied_generation: Mapped[int] = mapped_column(Integer, default=0)  # last one the agent applied
+
+
+class Assignment(Base):
+    """One engine the reconciler wants on a node. The spec is read from class_revisions (immutable)."""
+
+    __tablename__ = "assignments"
+
+    name: Mapped[str] = mapped_column(String(NAME + 12), primary_key=True)  # <deployment>-<index>
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name"), index=True)
+    deployment: Mapped[str] = mapped_column(String(NAME), index=True)  # may outlive its deployment while draining
+    model: Mapped[str] = mapped_column(String(200))
+    class_ref: Mapped[str] = mapped_column(ForeignKey("class_revisions.ref"))
+    role: Mapped[str] = mapped_column(String(16))
+    drain: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Engine(Base):
+    """An engine as its agent last reported it. Replaced per node on each heartbeat, never by anyone else."""
+
+    __tablename__ = "engines"
+
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME + 12), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    class_ref: Mapped[str] = mapped_column(String(REF))
+    role: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    port: Mapped[int | None] = mapped_column(Integer)
+    url: Mapped[str | None] = mapped_column(String(500))
+    kv_events_endpoint: Mapped[str | None] = mapped_column(String(500))
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    last_exit: Mapped[str | None] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]]
+    updated_at: Mapped[datetime]
+
+
+class ClassRevision(Base):
+    """Immutable. Content-addressed: (name, digest) is unique, so identical content is the same revision."""
+
+    __tablename__ = "class_revisions"
+    __table_args__ = (UniqueConstraint("name", "revision"), UniqueConstraint("name", "digest"))
+
+    ref: Mapped[str] = mapped_column(String(REF), primary_key=True)  # NAME@rN
+    name: Mapped[str] = mapped_column(String(NAME), index=True)
+    revision: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(NAME))
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    class_ref: Mapped[str] = mapped_column(ForeignKey("class_revisions.ref"))
+    role: Mapped[str] = mapped_column(String(16))  # mixed | prefill | decode
+    replicas: Mapped[int] = mapped_column(Integer)
+    placement: Mapped[dict[str, Any]]  # node labels that must all match
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(NAME))
+
+
+class TrafficPolicy(Base):
+    __tablename__ = "traffic_policies"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    weights: Mapped[dict[str, Any]]  # class_ref -> weight
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(NAME))
+
+
+class FeatureFlag(Base):
+    __tablename__ = "feature_flags"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(NAME))
+
+
+class AuditEvent(Base):
+    """Append-only: written once per mutating call, never updated or deleted."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    actor: Mapped[str] = mapped_column(String(NAME + 2), index=True)
+    action: Mapped[str] = mapped_column(String(100))
+    target: Mapped[str] = mapped_column(String(300))
+    reason: Mapped[str | None] = mapped_column(Text)
+    payload_digest: Mapped[str] = mapped_column(String(64))
+    result: Mapped[str] = mapped_column(String(16))  # ok | noop | refused | error
+    code: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+
+
+class ApiToken(Base):
+    """Only the sha256 of a token is stored. Revoked tokens stay (revoked_at set) for the audit trail."""
+
+    __tablename__ = "api_tokens"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))  # viewer | operator | admin | agent
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(NAME + 2))
+    revoked_at: Mapped[datetime | None]

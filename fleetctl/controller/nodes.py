@@ -1,0 +1,129 @@
+"""Nodes and their agents: registration, heartbeats, cordon, uncordon, drain (of a node or one engine).
+
+The heartbeat is O(1) in fleet size: it reads and writes only the node's own rows (the node, its observed
+engines, its assignments and their class specs). It never reconciles; the reconciler's loop does that.
+Drains set `drain` on assignments directly and advance the node's generation, so the agent sees a drain on
+its next heartbeat even when no reconcile leader is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from fleetctl.controller.contract import HeartbeatRequest, RegisterRequest
+from fleetctl.controller.models import Assignment, ClassRevision, Engine, Node
+from fleetctl.controller.placement import EngineAssignment
+from fleetctl.errors import NotFound
+
+UP, DOWN = "up", "down"
+
+
+def register(session: Session, req: RegisterRequest, now: datetime) -> Node:
+    node = session.get(Node, req.node)
+    if node is None:
+        node = Node(name=req.node, registered_at=now, cordoned=False, draining=False, generation=0, applied_generation=0)
+        session.add(node)
+    node.url, node.labels, node.agent_version = req.url, dict(req.labels), req.agent_version
+    node.capacity_engines, node.capacity_kv_mib = req.capacity.engines, req.capacity.kv_mib
+    node.state, node.last_heartbeat_at = UP, now
+    session.flush()
+    return node
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    generation: int
+    assignment: list[dict[str, Any]]
+    came_back: bool  # the node was down: placement may change, so reconcile soon
+
+
+def heartbeat(session: Session, req: HeartbeatRequest, now: datetime) -> HeartbeatResult:
+    node = session.get(Node, req.node)
+    if node is None:
+        raise NotFound(f"node {req.node!r} is not registered; register first", code="node_not_registered", field="node")
+    came_back = node.state != UP
+    node.state, node.last_heartbeat_at = UP, now
+    node.applied_generation, node.cut_off_s = req.generation, req.cut_off_s
+    _replace_observed(session, req, now)
+    return HeartbeatResult(node.generation, assignment_of(session, node.name), came_back)
+
+
+def _replace_observed(session: Session, req: HeartbeatRequest, now: datetime) -> None:
+    session.execute(delete(Engine).where(Engine.node == req.node))
+    session.add_all(
+        Engine(node=req.node, updated_at=now, **engine.model_dump(exclude={"metrics"}), metrics=engine.metrics.model_dump())
+        for engine in req.engines
+    )
+
+
+def assignment_of(session: Session, node: str) -> list[dict[str, Any]]:
+    """The node's desired engines in the contract's EngineAssignment form (spec included)."""
+    rows = session.execute(
+        select(Assignment, ClassRevision.spec).join(ClassRevision, ClassRevision.ref == Assignment.class_ref)
+        .where(Assignment.node == node).order_by(Assignment.name)
+    ).all()
+    return [to_assignment(row).to_contract(spec) for row, spec in rows]
+
+
+def to_assignment(row: Assignment) -> EngineAssignment:
+    return EngineAssignment(row.name, row.deployment, row.model, row.class_ref, row.role, row.drain)
+
+
+def get_node(session: Session, name: str) -> Node:
+    node = session.get(Node, name)
+    if node is None:
+        raise NotFound(f"no node {name!r}", field="node")
+    return node
+
+
+def set_cordon(session: Session, name: str, cordoned: bool) -> bool:
+    """Cordon (no new engines) or uncordon (also ends a drain). True if anything changed."""
+    node = get_node(session, name)
+    changed = node.cordoned != cordoned or (not cordoned and node.draining)
+    node.cordoned = cordoned
+    if not cordoned:
+        node.draining = False
+    return changed
+
+
+def drain_node(session: Session, name: str) -> bool:
+    """Cordon the node and drain all its engines. True if anything changed."""
+    node = get_node(session, name)
+    changed = not (node.cordoned and node.draining)
+    node.cordoned = node.draining = True
+    marked = session.execute(
+        update(Assignment).where(Assignment.node == name, Assignment.drain.is_(False)).values(drain=True)
+    ).rowcount
+    if marked:
+        node.generation += 1
+    return changed or bool(marked)
+
+
+def drain_engine(session: Session, name: str) -> tuple[str, bool]:
+    """Drain one engine (by its assignment). Returns (node, changed)."""
+    assignment = session.get(Assignment, name)
+    if assignment is None:
+        raise NotFound(f"no assigned engine {name!r}", field="engine")
+    if assignment.drain:
+        return assignment.node, False
+    assignment.drain = True
+    get_node(session, assignment.node).generation += 1
+    return assignment.node, True
+
+
+def node_view(node: Node, now: datetime, engines: int) -> dict[str, Any]:
+    return {
+        "name": node.name, "url": node.url, "state": node.state, "cordoned": node.cordoned,
+        "draining": node.draining, "labels": node.labels,
+        "capacity": {"engines": node.capacity_engines, "kv_mib": node.capacity_kv_mib},
+        "agent_version": node.agent_version, "engines": engines,
+        "last_heartbeat_at": node.last_heartbeat_at.isoformat(),
+        "heartbeat_age_s": round((now - node.last_heartbeat_at).total_seconds(), 1),
+        "generation": node.generation, "applied_generation": node.applied_generation, "cut_off_s": node.cut_off_s,
+        "registered_at": node.registered_at.isoformat(),
+    }

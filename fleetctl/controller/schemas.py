@@ -1,0 +1,73 @@
+"""Request bodies of the operator API. Every mutating body may carry `reason` (the audit log's why; the
+X-Fleet-Reason header is the alternative). Validation is complete before anything is stored."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from fleetctl.replica_class import NAME_PATTERN, ReplicaClassSpec
+
+LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
+
+
+def _name(value: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError("must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit")
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for key, label in value.items():
+        if not LABEL_KEY.match(key):
+            raise ValueError(f"label key {key!r} must be 1-63 letters, digits, '.', '_', '/' or '-'")
+        if len(label) > 63:
+            raise ValueError(f"label {key!r}: value longer than 63 characters")
+    return value
+
+
+Name = Annotated[str, Field(max_length=63), AfterValidator(_name)]
+NonBlank = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
+LabelMap = Annotated[dict[str, str], Field(max_length=64), AfterValidator(_labels)]
+Reason = Annotated[str | None, Field(max_length=2000, description="why (recorded in the audit log)")]
+TokenRole = Literal["viewer", "operator", "admin", "agent"]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Reason = None
+
+
+class ClassApply(Body):
+    name: Name
+    spec: ReplicaClassSpec
+
+
+class DeploymentSet(Body):
+    class_ref: NonBlank = Field(description="NAME@rN, or NAME for its latest revision (stored resolved)")
+    model: NonBlank | None = Field(default=None, description="default: the class's model; must equal it")
+    role: Literal["mixed", "prefill", "decode"] = "mixed"
+    replicas: int = Field(ge=0, le=10_000)
+    placement: LabelMap = Field(default_factory=dict, description="node labels that must all match")
+
+
+class TrafficSet(Body):
+    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(min_length=1, description="class_ref -> weight")
+
+
+class FlagSet(Body):
+    value: bool | int | float | str
+
+
+class TokenCreate(Body):
+    name: Name
+    role: TokenRole

@@ -1,0 +1,88 @@
+"""Running the controller: `serve` (uvicorn, foreground), `migrate` (schema only), and `ServerThread`
+(a real controller on loopback inside a test or an embedding process).
+
+A test that wants a controller in a separate process runs:
+    FLEET_STATE_DIR=<tmp> FLEET_BOOTSTRAP_TOKEN=<16+ chars> python -m fleetctl.cli.main controller serve --port <p>
+(add FLEET_DB_URL=postgresql+psycopg://... for PostgreSQL) and polls GET /healthz.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import uvicorn
+
+from fleetctl.controller.api.app import create_app
+from fleetctl.controller.db import Store, current_revision, migrate
+from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+
+def serve(settings: ControllerSettings, log_level: str = "info", access_log: bool = False) -> None:
+    """Run the controller in the foreground until interrupted."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    where = "PostgreSQL" if not settings.is_sqlite else f"SQLite in {settings.state_dir}"
+    log.info("controller on http://%s:%d, state in %s", settings.host, settings.port, where)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+
+
+def migrate_only(settings: ControllerSettings) -> str | None:
+    """Apply migrations; return the schema revision now in place."""
+    store = Store.from_url(settings.database_url)
+    try:
+        migrate(store.engine)
+        return current_revision(store.engine)
+    finally:
+        store.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """A real controller (uvicorn on loopback) in a background thread.
+
+        with ServerThread(settings) as server:
+            client = ControllerClient(server.url, token)
+    """
+
+    def __init__(self, settings: ControllerSettings):
+        if settings.port == 0:
+            settings = settings.model_copy(update={"port": free_port(settings.host)})
+        self.settings = settings
+        self.runtime = ControllerRuntime(settings)
+        config = uvicorn.Config(create_app(runtime=self.runtime), host=settings.host, port=settings.port,
+                                log_level="warning", access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="fleetctl-controller", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def start(self, timeout_s: float = 30.0) -> "ServerThread":
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the controller did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+
+    def __enter__(self) -> "ServerThread":
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

@@ -1,0 +1,72 @@
+"""The controller's one settings object, built once per process from the environment (and CLI flags)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetctl.controller.paths import default_state_dir, sqlite_url
+
+MIB = 1024 * 1024
+
+# settings field -> environment variable
+ENV_VARS = {
+    "db_url": "FLEET_DB_URL",
+    "state_dir": "FLEET_STATE_DIR",
+    "host": "FLEET_HOST",
+    "port": "FLEET_PORT",
+    "heartbeat_interval_s": "FLEET_HEARTBEAT_INTERVAL_S",
+    "down_after_s": "FLEET_DOWN_AFTER_S",
+    "reconcile_interval_s": "FLEET_RECONCILE_INTERVAL_S",
+    "bootstrap_token": "FLEET_BOOTSTRAP_TOKEN",
+}
+
+
+class ControllerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    state_dir: Path = Field(
+        default_factory=default_state_dir,
+        description="directory for the SQLite file and the bootstrap token file; "
+        "default $FLEET_STATE_DIR or ~/.local/state/fleetctl",
+    )
+    db_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; default None: SQLite (WAL) "
+        "at STATE_DIR/fleet.db",
+    )
+    host: str = Field(default="127.0.0.1", description="address the API listens on")
+    port: int = Field(default=8080, ge=0, le=65535, description="TCP port the API listens on (0: any free port)")
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, description="seconds between agent heartbeats, told to agents")
+    down_after_s: float | None = Field(
+        default=None, gt=0, description="seconds without a heartbeat before a node is marked down; default 3 x heartbeat_interval_s"
+    )
+    reconcile_interval_s: float = Field(default=2.0, gt=0, description="seconds between background reconcile passes (leader only)")
+    bootstrap_token: str | None = Field(
+        default=None, min_length=16, description="an admin token accepted in addition to stored ones (never stored); default none"
+    )
+    max_body_bytes: int = Field(default=MIB, gt=0, description="largest request body in bytes; larger is a 413 (1 MiB)")
+    migrate_on_start: bool = Field(default=True, description="apply Alembic migrations when the controller starts")
+    background: bool = Field(default=True, description="run the leader election + reconcile loop in a background thread")
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or sqlite_url(self.state_dir)
+
+    @property
+    def down_after(self) -> float:
+        return self.down_after_s or 3 * self.heartbeat_interval_s
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "ControllerSettings":
+        """Environment first, then `overrides` (None values are ignored, so CLI flags can pass through)."""
+        values: dict[str, Any] = {field: os.environ[var] for field, var in ENV_VARS.items() if os.environ.get(var)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

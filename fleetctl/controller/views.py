@@ -1,0 +1,128 @@
+"""Read models: engines (desired joined with observed), fleet status, and the gateway's routing table.
+
+Each is built from a handful of whole-table queries, so `GET /api/v1/status` stays one call for a
+1,000-node fleet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from fleetctl.controller.deployments import deployment_view
+from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
+from fleetctl.controller.nodes import node_view
+from fleetctl.errors import NotFound
+
+PENDING = "pending"  # assigned, not yet reported by the agent
+
+
+def engines(session: Session, node: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    """Every assigned or reported engine: the assignment's intent with the agent's last report."""
+    assigned_q, observed_q = select(Assignment), select(Engine)
+    if node is not None:
+        assigned_q, observed_q = assigned_q.where(Assignment.node == node), observed_q.where(Engine.node == node)
+    if name is not None:
+        assigned_q, observed_q = assigned_q.where(Assignment.name == name), observed_q.where(Engine.name == name)
+    assigned = {(a.node, a.name): a for a in session.execute(assigned_q).scalars()}
+    observed = {(e.node, e.name): e for e in session.execute(observed_q).scalars()}
+    keys = sorted(set(assigned) | set(observed), key=lambda k: (k[1], k[0]))
+    return [_engine_view(assigned.get(key), observed.get(key)) for key in keys]
+
+
+def engine(session: Session, name: str) -> dict[str, Any]:
+    found = engines(session, name=name)
+    if not found:
+        raise NotFound(f"no engine {name!r}", field="engine")
+    assigned = [e for e in found if e["deployment"] is not None]
+    return (assigned or found)[0]
+
+
+def _engine_view(a: Assignment | None, e: Engine | None) -> dict[str, Any]:
+    source: Any = e if e is not None else a
+    return {
+        "name": source.name, "node": source.node, "deployment": a.deployment if a else None,
+        "model": source.model, "class_ref": source.class_ref, "role": source.role,
+        "state": e.state if e else PENDING, "drain": a.drain if a else False,
+        "url": e.url if e else None, "port": e.port if e else None, "pid": e.pid if e else None,
+        "kv_events_endpoint": e.kv_events_endpoint if e else None,
+        "restarts": e.restarts if e else 0, "last_exit": e.last_exit if e else None,
+        "metrics": e.metrics if e else {}, "updated_at": e.updated_at.isoformat() if e else None,
+    }
+
+
+def nodes(session: Session, now: datetime) -> list[dict[str, Any]]:
+    counts = Counter(session.execute(select(Assignment.node)).scalars())
+    return [node_view(n, now, counts[n.name]) for n in session.execute(select(Node).order_by(Node.name)).scalars()]
+
+
+def deployments(session: Session, engine_views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    placed: Counter[str] = Counter()
+    ready: Counter[str] = Counter()
+    for view in engine_views:
+        if view["deployment"] and not view["drain"]:
+            placed[view["deployment"]] += 1
+            ready[view["deployment"]] += view["state"] == "ready"
+    rows = session.execute(select(Deployment).order_by(Deployment.name)).scalars()
+    return [
+        {**deployment_view(d), "placed": placed[d.name], "ready": ready[d.name], "pending": max(d.replicas - placed[d.name], 0)}
+        for d in rows
+    ]
+
+
+def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
+    engine_views = engines(session)
+    return {
+        "controller": {"leader": leader, "at": now.isoformat()},
+        "nodes": nodes(session, now),
+        "engines": engine_views,
+        "deployments": deployments(session, engine_views),
+    }
+
+
+def routing(session: Session) -> dict[str, Any]:
+    """The gateway's table (docs/contracts.md). `generation` is a digest of the rest: equal tables have
+    equal generations; it is not ordered."""
+    deps = list(session.execute(select(Deployment).order_by(Deployment.name)).scalars())
+    policies = {p.model: p.weights for p in session.execute(select(TrafficPolicy)).scalars()}
+    specs = {c.ref: c.spec for c in session.execute(select(ClassRevision)).scalars()}
+    table = {
+        "models": _models(deps, policies, specs),
+        "engines": _routing_engines(session),
+        "flags": {f.name: f.value for f in session.execute(select(FeatureFlag).order_by(FeatureFlag.name)).scalars()},
+    }
+    canonical = json.dumps(table, sort_keys=True, separators=(",", ":")).encode()
+    return {"generation": int.from_bytes(hashlib.sha256(canonical).digest()[:7], "big"), **table}
+
+
+def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: dict[str, Any]) -> dict[str, Any]:
+    roles: dict[str, set[str]] = defaultdict(set)
+    deployed: dict[str, dict[str, float]] = defaultdict(dict)
+    for d in deps:
+        if d.replicas > 0:
+            roles[d.model].add(d.role)
+            deployed[d.model][d.class_ref] = 1.0
+    models = {}
+    for model in sorted(set(deployed) | set(policies)):
+        traffic = {ref: float(w) for ref, w in (policies.get(model) or deployed[model]).items()}
+        models[model] = {
+            "traffic": traffic,
+            "pd": {"prefill", "decode"} <= roles[model],
+            "classes": {ref: specs[ref] for ref in sorted(set(traffic) | set(deployed[model])) if ref in specs},
+        }
+    return models
+
+
+def _routing_engines(session: Session) -> list[dict[str, Any]]:
+    rows = session.execute(select(Engine).order_by(Engine.name, Engine.node)).scalars()
+    return [
+        {"name": e.name, "node": e.node, "model": e.model, "class_ref": e.class_ref, "role": e.role, "url": e.url,
+         "state": e.state, "kv_events_endpoint": e.kv_events_endpoint, "metrics": e.metrics}
+        for e in rows
+    ]
