@@ -33,6 +33,13 @@ class ContextLengthExceeded(InvalidRequest):
     """The prompt (plus max_tokens) does not fit the model's context window."""
 
 
+class Unauthorized(EngineError):
+    """A missing or wrong API key."""
+
+    status_code = 401
+    error_type = "AuthenticationError"
+
+
 class ModelNotFound(EngineError):
     status_code = 404
     error_type = "NotFoundError"

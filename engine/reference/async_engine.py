@@ -21,7 +21,7 @@ import torch
 
 from engine.reference.config import EngineConfig
 from engine.reference.llm_engine import KVPushSink, LLMEngine
-from engine.reference.outputs import RequestOutput, SchedulerStats, StepResult
+from engine.reference.outputs import IterationStats, RequestOutput, SchedulerStats, StepResult
 from engine.reference.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -155,6 +155,13 @@ class AsyncEngine:
             if not finished:
                 self._commands.put(_Call(lambda engine: engine.abort(request_id)))
 
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise engine.errors.* naming the field if the request can never run (cheap; any thread)."""
+        self.engine.validate(prompt_token_ids, params)
+
+    async def pull_held(self, request_id: str, block_ids: list[int]) -> torch.Tensor:
+        return await self._call(lambda engine: engine.pull_held(request_id, block_ids))
+
     async def abort(self, request_id: str) -> None:
         await self._call(lambda engine: engine.abort(request_id))
 
@@ -187,8 +194,8 @@ class AsyncEngine:
         try:
             call = self._commands.get(timeout=_IDLE_POLL_S) if block else self._commands.get_nowait()
         except queue.Empty:
-            if block:
-                self.engine.release_expired()
+            if block and self.engine.release_expired():
+                self._notify_state_change()
             return True
         while call is not None:
             self._run_call(call)
@@ -207,8 +214,15 @@ class AsyncEngine:
         call.future.set_result(result)
         if isinstance(result, RequestOutput):  # an abort: tell the stream, if it is still listening
             self._deliver(result)
-        self._stats = self.engine.scheduler_stats()
-        self._notify(StepResult(scheduler=self._stats, kv_events=self.engine.block_manager.take_events(), is_step=False))
+        self._notify_state_change()
+
+    def _notify_state_change(self) -> None:
+        """Tell listeners what a command or an expiry changed between steps: gauges, KV events, aborts."""
+        engine = self.engine
+        self._stats = engine.scheduler_stats()
+        iteration = IterationStats(finished=engine.take_pending_finished())
+        self._notify(StepResult(iteration=iteration, scheduler=self._stats,
+                                kv_events=engine.block_manager.take_events(), is_step=False))
 
     def _step(self, engine: LLMEngine) -> None:
         try:

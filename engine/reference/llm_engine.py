@@ -75,6 +75,8 @@ class LLMEngine:
         self._pushed_blocks: dict[str, int] = {}
         self._hold: set[str] = set()
         self._held: dict[str, _HeldBlocks] = {}
+        # Requests that finished outside a step (aborts), reported with the next stats.
+        self._pending_finished: list[FinishedRequestStats] = []
 
     # --- requests -------------------------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class LLMEngine:
         if seq is None:
             return None
         seq.finished_time = time.monotonic()
+        self._pending_finished.append(self._finished_stats(seq, SequenceStatus.FINISHED_ABORTED))
         return RequestOutput(
             request_id, [], "", None, finished=True, finish_reason="abort",
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
@@ -149,6 +152,23 @@ class LLMEngine:
 
     def export_kv(self, block_ids: list[int]) -> torch.Tensor:
         return self.runner.export_kv(block_ids)
+
+    def pull_held(self, request_id: str, block_ids: list[int]) -> torch.Tensor:
+        """Export blocks held for request_id and release the hold, in one engine-thread step, so a late pull
+        can never read blocks that were freed and reused by another request."""
+        held = self._held.get(request_id)
+        if held is None:
+            raise InvalidRequest(f"no K/V held for request {request_id} (expired or already pulled)", param="request_id")
+        foreign = [b for b in block_ids if b not in held.seq.block_table]
+        if foreign:
+            raise InvalidRequest(f"blocks {foreign[:8]} are not held for request {request_id}", param="block_ids")
+        kv = self.runner.export_kv(block_ids)
+        self.release_held(request_id)
+        return kv
+
+    def take_pending_finished(self) -> list[FinishedRequestStats]:
+        pending, self._pending_finished = self._pending_finished, []
+        return pending
 
     def release_held(self, request_id: str) -> bool:
         held = self._held.pop(request_id, None)
@@ -177,6 +197,7 @@ class LLMEngine:
         outputs = self._sample_and_process(plan, logits, stats) if logits is not None else []
         self._push_computed_blocks(plan)
         self._collect_scheduler_counters(plan, stats)
+        stats.finished.extend(self.take_pending_finished())
         return StepResult(
             outputs=outputs,
             iteration=stats,
