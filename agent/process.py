@@ -1,0 +1,144 @@
+"""Engine processes: spawning one (its output appended to a log file), watching it, signalling it, and the small
+record file that lets a restarted agent re-adopt it.
+
+A process is either a child this agent spawned (`subprocess.Popen`: exact exit status) or one a previous agent
+spawned and this one re-adopted (`psutil`: the exit status is not ours to collect). Both are identified by
+PID *and* creation time, so a recycled PID is never mistaken for an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import engine
+
+# The directory that holds the `engine` and `agent` packages, so `python -m engine.reference` works from a
+# source checkout that is not pip-installed.
+SOURCE_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+
+class ManagedProcess:
+    """One OS process the agent (or the local fleet) manages."""
+
+    def __init__(self, pid: int, create_time: float, popen: subprocess.Popen | None = None):
+        self.pid = pid
+        self.create_time = create_time
+        self._popen = popen
+
+    @property
+    def adopted(self) -> bool:
+        return self._popen is None
+
+    def poll(self) -> str | None:
+        """None while it runs; once it has ended, how: 'exit 0', 'exit 1', 'signal SIGKILL', 'exited'."""
+        if self._popen is not None:
+            code = self._popen.poll()
+            return None if code is None else describe_exit(code)
+        return None if is_alive(self.pid, self.create_time) else "exited"
+
+    def send(self, sig: signal.Signals) -> None:
+        """Signal the engine's whole process group (it leads its own session), ignoring one already gone."""
+        if self.poll() is not None:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> ManagedProcess:
+    """Start `argv` in its own session (a Ctrl-C to the agent's terminal does not reach it), output to the log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        popen = subprocess.Popen(
+            argv, env=child_env(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return ManagedProcess(popen.pid, _create_time(popen.pid), popen)
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The agent's environment plus `extra`, with the source root on PYTHONPATH."""
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def is_alive(pid: int, create_time: float) -> bool:
+    """Whether that very process (PID and creation time) still runs; a zombie does not."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == create_time and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# --- record files: <state_dir>/engines/<name>.json, a cache for re-adoption, never the source of truth ---
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    name: str
+    pid: int
+    create_time: float
+    port: int
+    assignment: dict[str, Any]
+    log_path: str
+    restarts: int = 0
+
+
+def write_record(directory: Path, record: ProcessRecord) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{record.name}.json.tmp"
+    tmp.write_text(json.dumps(asdict(record)))
+    tmp.replace(directory / f"{record.name}.json")
+
+
+def remove_record(directory: Path, name: str) -> None:
+    (directory / f"{name}.json").unlink(missing_ok=True)
+
+
+def read_records(directory: Path) -> list[ProcessRecord]:
+    """Every readable record; unreadable ones are skipped (they are a cache)."""
+    records = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            records.append(ProcessRecord(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return records
+
+
+def adopt(record: ProcessRecord) -> ManagedProcess | None:
+    """The recorded process, if that very process (same PID and creation time) still runs."""
+    return ManagedProcess(record.pid, record.create_time) if is_alive(record.pid, record.create_time) else None

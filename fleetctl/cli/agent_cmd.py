@@ -1,0 +1,174 @@
+"""`fleetctl agent serve|engines|drain|restart|stop`, and `fleetctl engine serve`.
+
+    fleetctl agent serve --controller URL --node NAME [--token-file F] [--port-range 8100-8999] ...
+    fleetctl agent engines --agent URL                      # what an agent runs (no controller needed)
+    fleetctl agent drain|restart|stop ENGINE --agent URL    # break-glass, with the agent's admin token
+    fleetctl engine serve [engine.reference flags ...]      # one reference engine in the foreground
+
+`engine serve` joins the `engine` noun of engine_cmd.py (mounted when this module is imported, which
+main.py does before it runs any command). The agent and engine packages are imported inside the commands:
+the rest of the CLI never loads them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fleetctl.cli import engine_cmd
+from fleetctl.cli.context import cli, local_token
+from fleetctl.cli.output import status
+from fleetctl.errors import Conflict, Unavailable, ValidationFailed, error_from_body
+
+NAME = "agent"
+app = typer.Typer(no_args_is_help=True, help="Run a node agent, or act on one directly (break-glass).")
+
+ADMIN_TOKEN_FILE = "admin-token"
+QUIET_LOGGERS = ("httpx", "httpcore", "uvicorn.access")
+
+AgentOption = Annotated[str, typer.Option("--agent", envvar="FLEET_AGENT_URL", help="the agent's URL, e.g. http://127.0.0.1:8090")]
+
+
+# --- fleetctl agent serve ---------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Option("--node", envvar="FLEET_NODE", help="this node's name (lowercase letters, digits, '-')")],
+    controller: Annotated[str | None, typer.Option("--controller", help="controller URL [default: fleetctl --controller / $FLEET_CONTROLLER]", show_default=False)] = None,
+    token_file: Annotated[Path | None, typer.Option("--token-file", help="file with the agent (or admin) token [default: --token / $FLEET_TOKEN, else the local bootstrap token]", show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", help="address of the local API and of the engines")] = "127.0.0.1",
+    advertise_host: Annotated[str | None, typer.Option("--advertise-host", help="host in the URLs the agent reports [default: --host]", show_default=False)] = None,
+    port: Annotated[int, typer.Option("--port", help="local API port (0: any free port)")] = 8090,
+    port_range: Annotated[str, typer.Option("--port-range", help="engine ports, LOW-HIGH inclusive; 3 per engine")] = "8100-8999",
+    state_dir: Annotated[Path | None, typer.Option("--state-dir", help="engine logs and records [default: $FLEET_STATE_DIR/agents/NODE]", show_default=False)] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="node label KEY=VALUE (repeatable)")] = None,
+    admin_token_file: Annotated[Path | None, typer.Option("--admin-token-file", help="break-glass token, created if missing [default: STATE_DIR/admin-token]", show_default=False)] = None,
+    max_engines: Annotated[int, typer.Option("--max-engines", help="capacity: engines this node may run")] = 8,
+    kv_mib: Annotated[int, typer.Option("--kv-mib", help="capacity: MiB of KV memory")] = 4096,
+    keep_engines_on_exit: Annotated[bool, typer.Option("--keep-engines-on-exit", help="on SIGTERM leave engines running; the next agent re-adopts them")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
+) -> None:
+    """Run this node's agent until SIGTERM or Ctrl-C: register, heartbeat, run the assigned engines."""
+    from agent.ports import free_port, parse_port_range
+    from agent.runtime import AgentStartError
+    from agent.runtime import serve as run_agent
+    from agent.settings import AgentSettings
+    from fleetctl.client import AsyncControllerClient
+    from fleetctl.controller.paths import default_state_dir
+
+    root = cli(ctx)
+    state = state_dir or default_state_dir() / "agents" / node
+    try:
+        settings = AgentSettings(
+            controller_url=(controller or root.controller).rstrip("/"), node=node,
+            token=_read_secret(token_file) if token_file else root.token or local_token(),
+            state_dir=state, host=host, advertise_host=advertise_host, port=port or free_port(host),
+            port_range=parse_port_range(port_range), labels=_labels(label or []),
+            admin_token=ensure_secret(admin_token_file or state / ADMIN_TOKEN_FILE),
+            max_engines=max_engines, kv_mib=kv_mib, keep_engines_on_exit=keep_engines_on_exit,
+        )
+    except ValueError as exc:  # pydantic's ValidationError and the parsers' errors
+        raise ValidationFailed(" ".join(str(exc).split())) from None
+    _configure_logging(log_level)
+    try:
+        run_agent(settings, AsyncControllerClient(settings.controller_url, token=settings.token, timeout=settings.request_timeout_s))
+    except AgentStartError as exc:
+        raise Conflict(str(exc), code="port_taken", field="port") from None
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValidationFailed(f"--label {pair!r} is not KEY=VALUE", field="label")
+        labels[key] = value
+    return labels
+
+
+def ensure_secret(path: Path) -> str:
+    """The token in `path`, or a new one written there (mode 0600) when the file does not exist yet."""
+    if path.exists():
+        return _read_secret(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def _read_secret(path: Path) -> str:
+    token = path.read_text().strip()  # an unreadable file is an OSError: exit code 2 with its name
+    if not token:
+        raise ValidationFailed(f"{path} is empty", field="token_file")
+    return token
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# --- break-glass: talk to an agent directly, no controller needed -----------------------------------------
+
+
+@app.command()
+def engines(agent: AgentOption) -> None:
+    """What the agent runs, as it reports it (JSON on stdout)."""
+    typer.echo(json.dumps(_call_agent(agent, None, lambda client: client.engines()), indent=2))
+
+
+def _break_glass(action: str, summary: str) -> Any:
+    def command(
+        engine: Annotated[str, typer.Argument(help="engine name, e.g. local-0")],
+        agent: AgentOption,
+        admin_token_file: Annotated[Path, typer.Option("--admin-token-file", envvar="FLEET_AGENT_ADMIN_TOKEN_FILE",
+                                                       help="the agent's admin token file (its STATE_DIR/admin-token)")],
+    ) -> None:
+        result = _call_agent(agent, _read_secret(admin_token_file), lambda client: client.act(engine, action))
+        typer.echo(json.dumps(result))
+        status(f"{action} of {engine} accepted by {agent}")
+
+    command.__doc__ = f"Break-glass, without the controller: {summary}"
+    return command
+
+
+app.command("drain")(_break_glass("drain", "drain ENGINE (finish in-flight requests, then stop); it stays down until the controller sends a new assignment."))
+app.command("restart")(_break_glass("restart", "restart ENGINE's process (also ends a drain/stop hold)."))
+app.command("stop")(_break_glass("stop", "stop ENGINE now (SIGTERM: the engine drains within its grace); it stays down until a new assignment."))
+
+
+def _call_agent(url: str, admin_token: str | None, call: Any) -> Any:
+    """One call to an agent's local API; its errors become the control plane's error family (exit codes)."""
+    from agent.client import AgentApiError, AgentClient
+
+    try:
+        return call(AgentClient(url, admin_token=admin_token))
+    except AgentApiError as exc:
+        raise (Unavailable(exc.message) if exc.status == 0 else error_from_body(exc.status, exc.body)) from None
+
+
+# --- fleetctl engine serve --------------------------------------------------------------------------------
+
+
+@engine_cmd.app.command(
+    "serve", add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def engine_serve(ctx: typer.Context) -> None:
+    """Run a reference engine in the foreground. Every argument goes to `python -m engine.reference`
+    (see `fleetctl engine serve --help`)."""
+    from engine.reference.__main__ import main as engine_main
+
+    raise typer.Exit(engine_main(list(ctx.args)))

@@ -1,0 +1,99 @@
+"""`make demo` (`python -m fleetctl.demo`): a local fleet serving SmolLM2, a few chat requests, the fleet's
+status, then `fleetctl down` (unless --keep).
+
+Every step is the command a user would type (`fleetctl up --detach`, `fleetctl status`, `fleetctl down`),
+run as a subprocess, so the demo shows the real path. Requests go to an engine URL for now; once `up`
+starts a gateway they go through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from agent.ports import port_is_free
+from fleetctl.client import DEFAULT_CONTROLLER
+from fleetctl.controller.paths import default_state_dir
+from fleetctl.localfleet.processes import child_env, fleetctl_argv
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Give me one tip for writing clear code.",
+    "Name three colours of the rainbow.",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    fleet = _up(args)
+    if fleet is None:
+        return 1
+    try:
+        _ask(fleet, args.max_tokens)
+        _run(["status"], {"FLEET_CONTROLLER": fleet["controller_url"], "FLEET_TOKEN": _token(fleet)})
+    finally:
+        if args.keep:
+            print(f"\nthe fleet keeps running; stop it with: fleetctl down --state-dir {fleet['state_dir']}")
+        else:
+            _run(["down", "--state-dir", fleet["state_dir"]])
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fleetctl.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="leave the fleet running at the end")
+    parser.add_argument("--nodes", type=int, default=2, help="agents (one engine each)")
+    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
+    parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
+    return parser
+
+
+def _up(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`fleetctl up --detach`; its progress shows on the terminal, its JSON summary is parsed."""
+    port = "8080" if port_is_free(int(DEFAULT_CONTROLLER.rsplit(":", 1)[1])) else "0"
+    command = ["up", "--detach", "--model", args.model, "--nodes", str(args.nodes), "--controller-port", port,
+               "--state-dir", str(default_state_dir()), "-o", "json"]
+    print(f"$ fleetctl {' '.join(command)}", flush=True)
+    result = subprocess.run(fleetctl_argv(*command), stdout=subprocess.PIPE, text=True, env=child_env({}))
+    if result.returncode != 0:
+        print(f"fleetctl up failed (exit {result.returncode}); see the messages above", file=sys.stderr)
+        return None
+    return json.loads(result.stdout)
+
+
+def _ask(fleet: dict[str, Any], max_tokens: int) -> None:
+    engines = fleet["engines"]
+    print(f"\n{len(engines)} engine(s) serving {fleet['served_model']}; asking {len(QUESTIONS)} questions\n")
+    for i, question in enumerate(QUESTIONS):
+        engine = engines[i % len(engines)]
+        started = time.monotonic()
+        answer = _chat(engine["url"], fleet["served_model"], question, max_tokens)
+        print(f"Q: {question}\nA: {answer.strip()}\n   ({engine['name']} on {engine['node']}, {time.monotonic() - started:.1f}s)\n")
+
+
+def _chat(url: str, model: str, question: str, max_tokens: int) -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
+            "temperature": 0}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+    response.raise_for_status()
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def _run(command: list[str], env: dict[str, str] | None = None) -> None:
+    print(f"\n$ fleetctl {' '.join(command)}", flush=True)
+    subprocess.run(fleetctl_argv(*command), env=child_env(env or {}), check=False)
+
+
+def _token(fleet: dict[str, Any]) -> str:
+    with open(fleet["token_file"]) as handle:
+        return handle.read().strip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

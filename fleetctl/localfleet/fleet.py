@@ -1,0 +1,303 @@
+"""A whole fleet on this machine, in one command: `up` starts a controller on SQLite, N agents and a default
+deployment, then waits for the engines; `down` stops all of it. Everything listens on loopback.
+
+    STATE_DIR/
+      fleet.json          where everything is: URLs, PIDs (with creation times), log files
+      fleet.db            the controller's SQLite store
+      bootstrap-token     the controller's admin token (0600); the local agents use it too
+      logs/               controller.log, agent-NODE.log (and the gateway's, once it is added)
+      agents/NODE/        each agent's state: logs/ENGINE.log, engines/ENGINE.json, admin-token
+
+Processes are started in their own sessions and stopped in order (agents first, which drain their engines;
+then the controller). `down` works from fleet.json alone, so it stops a fleet started by another shell, and it
+sweeps engines whose agent died before it could stop them (from the agents' engine records).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.client import AgentApiError, AgentClient
+from agent.ports import free_port, port_is_free
+from agent.process import read_records
+from fleetctl.client import ControllerClient
+from fleetctl.controller.paths import bootstrap_token_path, sqlite_url
+from fleetctl.errors import FleetError
+from fleetctl.localfleet import processes
+from fleetctl.localfleet.processes import ProcessInfo, fleetctl_argv
+
+FLEET_FILE = "fleet.json"
+HOST = "127.0.0.1"
+DEPLOYMENT = "local"
+SERVED_NAMES = {"smollm2": "smollm2-135m", "tiny": "tiny"}
+PORTS_PER_NODE = 100  # node i's engines take ports from engine_port_base + i * 100
+
+Progress = Callable[[str], None]
+
+
+class LocalFleetError(FleetError):
+    """The local fleet could not be started or stopped; the message says where to look."""
+
+    code = "local_fleet"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    state_dir: Path
+    nodes: int = 2
+    model: str = "smollm2"  # smollm2 | tiny: the reference engine's weights
+    controller_port: int = 8080  # 0: any free port
+    engine_port_base: int = 8100
+    heartbeat_interval_s: float = 2.0
+    kv_cache_mib: int = 64
+    ready_timeout_s: float = 900.0  # a fresh machine loads and dequantises SmolLM2 on first use
+
+
+@dataclass
+class FleetRecord:
+    """fleet.json: what `down`, `status` and the demo need to find the fleet."""
+
+    state_dir: str
+    controller_url: str
+    token_file: str
+    log_dir: str
+    model: str  # the reference engine's weights: smollm2 | tiny
+    served_model: str  # the name clients ask for
+    class_ref: str | None = None  # the default deployment's class revision
+    processes: list[ProcessInfo] = field(default_factory=list)
+    engines: list[dict[str, Any]] = field(default_factory=list)  # name, node, url, state
+    gateway_url: str | None = None  # set once `up` starts a gateway
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "processes": [p.to_json() for p in self.processes]}
+
+    def save(self) -> None:
+        path = Path(self.state_dir) / FLEET_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> "FleetRecord":
+        path = state_dir / FLEET_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise LocalFleetError(f"no local fleet in {state_dir} (no {FLEET_FILE}); start one with `fleetctl up`",
+                                  code="no_fleet", status=404) from None
+        try:
+            return cls(**{**data, "processes": [ProcessInfo(**p) for p in data["processes"]]})
+        except (KeyError, TypeError) as exc:
+            raise LocalFleetError(f"{path} is not a fleet record ({exc}); stop its processes by hand") from None
+
+    def of_kind(self, kind: str) -> list[ProcessInfo]:
+        return [p for p in self.processes if p.kind == kind]
+
+
+# --- up ---------------------------------------------------------------------------------------------------
+
+
+def up(options: UpOptions, progress: Progress) -> FleetRecord:
+    """Start the fleet and wait for its engines. On failure, stops what it started and raises."""
+    state_dir = options.state_dir.resolve()
+    _refuse_if_running(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    record = FleetRecord(state_dir=str(state_dir), controller_url="", token_file=str(bootstrap_token_path(state_dir)),
+                         log_dir=str(state_dir / "logs"), model=options.model, served_model=SERVED_NAMES[options.model])
+    try:
+        _start_controller(record, options, progress)
+        _start_agents(record, options, progress)
+        _start_gateway(record, options, progress)
+        _apply_default_deployment(record, options, progress)
+        wait_engines_ready(record, options.nodes, options.ready_timeout_s, progress)
+    except BaseException:
+        if record.processes:  # each start was saved to fleet.json, so `down` finds them
+            progress("start-up failed; stopping what was started")
+            down(state_dir, timeout_s=20.0)
+        raise
+    return record
+
+
+def _refuse_if_running(state_dir: Path) -> None:
+    try:
+        record = FleetRecord.load(state_dir)
+    except LocalFleetError:
+        return
+    if any(processes.is_running(p) for p in record.processes):
+        raise LocalFleetError(f"a local fleet is already up in {state_dir}; stop it with "
+                              f"`fleetctl down --state-dir {state_dir}`", code="fleet_running", status=409)
+
+
+def controller_command(state_dir: Path, port: int, heartbeat_interval_s: float) -> tuple[list[str], dict[str, str]]:
+    """argv and env of a controller on SQLite in `state_dir` (tests restart it with the same pair)."""
+    env = {"FLEET_STATE_DIR": str(state_dir), "FLEET_DB_URL": sqlite_url(state_dir),
+           "FLEET_HEARTBEAT_INTERVAL_S": str(heartbeat_interval_s)}
+    return fleetctl_argv("controller", "serve", "--host", HOST, "--port", str(port)), env
+
+
+def agent_command(controller_url: str, node: str, token_file: str, api_port: int, port_range: tuple[int, int],
+                  state_dir: Path) -> list[str]:
+    """argv of one agent."""
+    return fleetctl_argv(
+        "agent", "serve", "--controller", controller_url, "--node", node, "--token-file", token_file,
+        "--host", HOST, "--port", str(api_port), "--port-range", f"{port_range[0]}-{port_range[1]}",
+        "--state-dir", str(state_dir),
+    )
+
+
+def _start_controller(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
+    state_dir = Path(record.state_dir)
+    port = options.controller_port or free_port(HOST)
+    if not port_is_free(port):
+        raise LocalFleetError(f"controller port {port} is taken: pass --controller-port (0 picks a free one)",
+                              code="port_taken", field="controller_port", status=409)
+    record.controller_url = f"http://{HOST}:{port}"
+    argv, env = controller_command(state_dir, port, options.heartbeat_interval_s)
+    info = processes.start("controller", "controller", argv, Path(record.log_dir) / "controller.log", env, record.controller_url)
+    _add(record, info)
+    progress(f"controller: starting at {record.controller_url} (pid {info.pid})")
+    wait_for(lambda: controller_up(record.controller_url), info, 60.0, "controller to answer /healthz")
+    wait_for(lambda: Path(record.token_file).exists(), info, 30.0, "the bootstrap token file")
+    progress("controller: up")
+
+
+def controller_up(url: str) -> bool:
+    with ControllerClient(url, timeout=2.0) as client:
+        try:
+            return bool(client.health().get("ok"))
+        except FleetError:
+            return False
+
+
+def _start_agents(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
+    state_dir = Path(record.state_dir)
+    for index in range(options.nodes):
+        node = f"node-{index + 1}"
+        api_port = free_port(HOST)
+        low = options.engine_port_base + index * PORTS_PER_NODE
+        port_range = (low, low + PORTS_PER_NODE - 1)
+        argv = agent_command(record.controller_url, node, record.token_file, api_port, port_range, state_dir / "agents" / node)
+        info = processes.start("agent", node, argv, Path(record.log_dir) / f"agent-{node}.log", url=f"http://{HOST}:{api_port}")
+        _add(record, info)
+        progress(f"agent {node}: starting (pid {info.pid}, engine ports {port_range[0]}-{port_range[1]})")
+    for info in record.of_kind("agent"):
+        wait_for(lambda: agent_up(info.url or ""), info, 60.0, f"agent {info.name} to answer /health")
+    progress(f"agents: {options.nodes} up")
+
+
+def agent_up(url: str) -> bool:
+    try:
+        return AgentClient(url, timeout_s=2.0).health()["status"] == "ok"
+    except AgentApiError:
+        return False
+
+
+def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
+    """The place for the gateway: start it here (processes.start("gateway", ...)), wait for its health,
+    set record.gateway_url, and `down` stops it with the controller. Until then clients use engine URLs."""
+
+
+def _apply_default_deployment(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
+    """A replica class for the model and a deployment with one mixed engine per node (placement spreads)."""
+    spec = {"model": record.served_model, "weights": options.model, "kv_cache_mib": options.kv_cache_mib}
+    with ControllerClient(record.controller_url, token=_read_token(record)) as client:
+        record.class_ref = client.apply_class(options.model, spec, reason="fleetctl up: default class")["ref"]
+        client.set_deployment(DEPLOYMENT, record.class_ref, replicas=options.nodes, role="mixed",
+                              reason="fleetctl up: default deployment")
+    record.save()
+    progress(f"deployment {DEPLOYMENT}: {options.nodes} x {record.class_ref} ({record.served_model}), one mixed engine per node")
+
+
+def wait_engines_ready(record: FleetRecord, expected: int, timeout_s: float, progress: Progress) -> None:
+    """Poll the agents until `expected` engines of the deployment's class are ready (engines of an earlier
+    class, from a previous `up` on the same state dir, are drained meanwhile); a progress line on change."""
+    deadline, started, last = time.monotonic() + timeout_s, time.monotonic(), ""
+    while True:
+        engines = _engines_from_agents(record)
+        current = [e for e in engines if e["class_ref"] == record.class_ref]
+        ready = [e for e in current if e["state"] == "ready"]
+        line = f"engines: {len(ready)}/{expected} ready" + "".join(
+            f"; {e['name']} on {e['node']} ({e['class_ref']}): {e['state']}"
+            + (f" ({e['last_exit']})" if e.get("last_exit") else "")
+            for e in engines if e not in ready)
+        if line != last:
+            progress(f"{line}  [{time.monotonic() - started:.0f}s]")
+            last = line
+        if len(ready) >= expected:
+            record.engines = ready
+            record.save()
+            return
+        for info in record.processes:
+            if (how := processes.exit_status(info)) is not None:
+                raise LocalFleetError(f"{info.kind} {info.name} exited ({how}) while waiting for engines; see {info.log_path}")
+        if time.monotonic() >= deadline:
+            raise LocalFleetError(f"engines not ready after {timeout_s:.0f}s ({line}); see the engine logs under "
+                                  f"{record.state_dir}/agents/*/logs")
+        time.sleep(1.0)
+
+
+def _engines_from_agents(record: FleetRecord) -> list[dict[str, Any]]:
+    engines = []
+    for info in record.of_kind("agent"):
+        try:
+            reported = AgentClient(info.url or "", timeout_s=2.0).engines()
+        except AgentApiError:
+            continue
+        engines += [{"name": e["name"], "node": info.name, "class_ref": e["class_ref"], "url": e["url"],
+                     "state": e["state"], "last_exit": e["last_exit"], "pid": e["pid"]} for e in reported]
+    return sorted(engines, key=lambda e: e["name"])
+
+
+def _add(record: FleetRecord, info: ProcessInfo) -> None:
+    record.processes.append(info)
+    record.save()  # at once: `down` can clean up even if `up` dies half-way
+
+
+def wait_for(ready: Callable[[], bool], info: ProcessInfo, timeout_s: float, what: str) -> None:
+    """Poll `ready` until true; raise when `info`'s process exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if (how := processes.exit_status(info)) is not None:
+            raise LocalFleetError(f"{info.kind} {info.name} exited ({how}) before it was up; see {info.log_path}")
+        if time.monotonic() >= deadline:
+            raise LocalFleetError(f"timed out after {timeout_s:.0f}s waiting for {what}; see {info.log_path}")
+        time.sleep(0.2)
+
+
+def _read_token(record: FleetRecord) -> str:
+    return Path(record.token_file).read_text().strip()
+
+
+# --- down -------------------------------------------------------------------------------------------------
+
+
+def down(state_dir: Path, timeout_s: float = 60.0) -> list[dict[str, str]]:
+    """Stop the fleet in `state_dir`: agents (they stop their engines), stray engines, gateway, controller.
+    Returns one row per process: kind, name, pid, result (stopped | killed | not running)."""
+    record = FleetRecord.load(state_dir.resolve())
+    report = _stop(record.of_kind("agent"), timeout_s)
+    report += _stop(_stray_engines(record), timeout_s)
+    report += _stop(record.of_kind("gateway") + record.of_kind("controller"), timeout_s)
+    (Path(record.state_dir) / FLEET_FILE).unlink(missing_ok=True)
+    return report
+
+
+def _stop(infos: list[ProcessInfo], timeout_s: float) -> list[dict[str, str]]:
+    outcome = processes.stop_all(infos, timeout_s)
+    return [{"kind": p.kind, "name": p.name, "pid": str(p.pid), "result": outcome[p.name]} for p in infos]
+
+
+def _stray_engines(record: FleetRecord) -> list[ProcessInfo]:
+    """Engines still running after their agent stopped (an agent killed with SIGKILL cannot stop them)."""
+    strays = []
+    for agent_dir in sorted((Path(record.state_dir) / "agents").glob("*")):
+        for rec in read_records(agent_dir / "engines"):
+            info = ProcessInfo("engine", rec.name, rec.pid, rec.create_time, log_path=rec.log_path)
+            if processes.is_running(info):
+                strays.append(info)
+    return strays
