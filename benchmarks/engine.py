@@ -270,11 +270,177 @@ def bench_memory(quick: bool) -> dict:
     return {"kv_cache_mib": 512, "rss_mib": rss / 2**20}
 
 
+# --- P/D transfer (engine processes on loopback) ----------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_engine(role: str, port: int, log_dir: Path):
+    import subprocess
+
+    import httpx
+
+    argv = [sys.executable, "-m", "engine.reference", "--model", "smollm2", "--role", role, "--port", str(port),
+            "--kv-cache-mib", "256", "--max-model-len", "2048", "--max-num-batched-tokens", "2048",
+            "--engine-id", f"bench-{role}", "--log-level", "warning"]
+    log_file = open(log_dir / f"engine-{role}.log", "w")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{role} engine exited; see {log_file.name}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"{role} engine did not become healthy")
+
+
+def stream_ttft(client, url: str, body: dict) -> tuple[float, list[str]]:
+    """Seconds to the first streamed token, and the streamed text pieces."""
+    start, first, pieces = time.perf_counter(), None, []
+    with client.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=300) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                first = first or time.perf_counter()
+                pieces.append(chunk["choices"][0]["text"])
+    return (first or time.perf_counter()) - start, pieces
+
+
+def pd_handoff(client, prefill: str, decode: str, prompt: list[int], push: bool) -> dict:
+    """vLLM's proxy protocol: prefill with do_remote_decode and max_tokens 1, then decode with its params."""
+    params = {"do_remote_decode": True}
+    if push:
+        params["push_to"] = decode
+    start = time.perf_counter()
+    response = client.post(prefill + "/v1/completions", json={"model": "smollm2-135m", "prompt": prompt,
+                           "max_tokens": 1, "temperature": 0, "kv_transfer_params": params}, timeout=300)
+    response.raise_for_status()
+    prefill_s = time.perf_counter() - start
+    decode_ttft, pieces = stream_ttft(client, decode, {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 8,
+                                      "temperature": 0, "kv_transfer_params": response.json()["kv_transfer_params"]})
+    return {"ttft_s": prefill_s + decode_ttft, "prefill_s": prefill_s, "text": "".join(pieces)}
+
+
+def scrape_transfer(client, url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get(url + "/metrics").text):
+        for sample in family.samples:
+            if sample.name in ("fleet_kv_transfer_bytes_sum", "fleet_kv_transfer_seconds_sum",
+                               "fleet_kv_transfer_bytes_count"):
+                key = f"{sample.name}:{sample.labels.get('mode')}"
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def loopback_socket_gbs(nbytes: int) -> float:
+    """Raw TCP over loopback: one sender thread, one receiver, the same number of bytes; best of 3."""
+    import socket
+    import threading
+
+    payload = bytes(nbytes)
+    best = float("inf")
+    for _ in range(3):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        received = []
+
+        def receive():
+            conn, _ = server.accept()
+            got = 0
+            buffer = bytearray(1 << 20)
+            while got < nbytes:
+                n = conn.recv_into(buffer)
+                if not n:
+                    break
+                got += n
+            received.append(time.perf_counter())
+            conn.close()
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        sender = socket.create_connection(("127.0.0.1", port))
+        start = time.perf_counter()
+        sender.sendall(payload)
+        thread.join()
+        sender.close()
+        server.close()
+        best = min(best, received[0] - start)
+    return nbytes / best / 1e9
+
+
+def bench_transfer(quick: bool) -> dict:
+    import tempfile
+
+    import httpx
+
+    log_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    ports = {role: free_port() for role in ("prefill", "decode", "mixed")}
+    procs = []
+    try:
+        for role, port in ports.items():
+            procs.append(start_engine(role, port, log_dir))
+        urls = {role: f"http://127.0.0.1:{port}" for role, port in ports.items()}
+        rng = random.Random(SEED)
+        client = httpx.Client()
+        warm = random_tokens(rng, 64)
+        pd_handoff(client, urls["prefill"], urls["decode"], warm, push=False)
+        stream_ttft(client, urls["mixed"], {"model": "smollm2-135m", "prompt": warm, "max_tokens": 2, "temperature": 0})
+        trials = 2 if quick else 3
+        result: dict = {"prompt_tokens": 1024}
+        for mode in ("pull", "push"):
+            before = scrape_transfer(client, urls["decode"])
+            runs = [pd_handoff(client, urls["prefill"], urls["decode"], random_tokens(rng, 1024), push=(mode == "push"))
+                    for _ in range(trials)]
+            after = scrape_transfer(client, urls["decode"])
+            delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            nbytes = sum(v for k, v in delta.items() if k.startswith("fleet_kv_transfer_bytes_sum"))
+            seconds = sum(v for k, v in delta.items() if k.startswith("fleet_kv_transfer_seconds_sum"))
+            result[mode] = {"bytes_per_handoff": nbytes / trials, "transfer_s_per_handoff": seconds / trials,
+                            "gbs": nbytes / seconds / 1e9 if seconds else None,
+                            "ttft_s": statistics.median(r["ttft_s"] for r in runs),
+                            "modes_seen": sorted({k.split(":")[1] for k in delta if delta[k]})}
+        mixed = [stream_ttft(client, urls["mixed"], {"model": "smollm2-135m", "prompt": random_tokens(rng, 1024),
+                                                     "max_tokens": 8, "temperature": 0})[0] for _ in range(trials)]
+        result["mixed_ttft_s"] = statistics.median(mixed)
+        result["loopback_socket_gbs"] = loopback_socket_gbs(int(result["pull"]["bytes_per_handoff"]))
+        result["pull_vs_socket"] = (result["pull"]["gbs"] or 0) / result["loopback_socket_gbs"]
+        result["pd_pull_ttft_over_mixed"] = result["pull"]["ttft_s"] / result["mixed_ttft_s"]
+        result["pd_push_ttft_over_mixed"] = result["push"]["ttft_s"] / result["mixed_ttft_s"]
+        return result
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except Exception:
+                proc.kill()
+
+
 SECTIONS = {
     "throughput": bench_throughput,
     "prefix": bench_prefix,
     "decode": bench_decode,
     "stall": bench_stall,
+    "transfer": bench_transfer,
     "memory": bench_memory,
 }
 

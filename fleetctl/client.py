@@ -1,7 +1,8 @@
 """The typed HTTP client of the controller API: the only module that talks HTTP to the controller.
 
 Used by the CLI, the TUI, the agent and the gateway. `ControllerClient` is synchronous;
-`AsyncControllerClient` has the calls asyncio services need (agent: register/heartbeat; gateway: routing).
+`AsyncControllerClient` has the calls asyncio services need (agent: register/heartbeat; gateway: routing,
+report_gateway).
 Errors are raised as fleetctl.errors: NotFound, AuthError, Conflict, ValidationFailed (422/413),
 Unavailable (503, connection refused, timeout), else FleetError. The token is sent as a bearer header and
 never appears in messages or reprs.
@@ -77,7 +78,17 @@ def heartbeat_call(payload: dict[str, Any]) -> Call:
     return Call("POST", "/api/v1/agents/heartbeat", json=payload)
 
 
+def report_gateway_call(payload: dict[str, Any]) -> Call:
+    return Call("POST", "/api/v1/gateways/report", json=payload)
+
+
+def set_traffic_call(model: str, weights: dict[str, float], allow_correctness_change: bool, reason: str | None) -> Call:
+    body = {"weights": weights, "allow_correctness_change": allow_correctness_change}
+    return Call("PUT", f"/api/v1/traffic/{_seg(model)}", json=body, reason=reason)
+
+
 ROUTING = Call("GET", "/api/v1/routing")
+GATEWAYS = Call("GET", "/api/v1/gateways")
 STATUS = Call("GET", "/api/v1/status")
 HEALTH = Call("GET", "/healthz")
 
@@ -118,6 +129,14 @@ class ControllerClient:
 
     def routing(self) -> dict[str, Any]:
         return self.send(ROUTING)
+
+    def report_gateway(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """{name, url?, generation, table_age_s, refresh_interval_s?}: the routing table a gateway applied."""
+        return self.send(report_gateway_call(payload))
+
+    def list_gateways(self) -> list[dict[str, Any]]:
+        """Each gateway's last report: generation, last_seen, seen_ago_s, stale."""
+        return self.send(GATEWAYS)
 
     # fleet
     def health(self) -> dict[str, Any]:
@@ -186,8 +205,15 @@ class ControllerClient:
     def list_traffic(self) -> dict[str, Any]:
         return self.send(Call("GET", "/api/v1/traffic"))
 
-    def set_traffic(self, model: str, weights: dict[str, float], reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("PUT", f"/api/v1/traffic/{_seg(model)}", json={"weights": weights}, reason=reason))
+    def get_traffic(self, model: str) -> dict[str, Any]:
+        """The model's weights and, per revision, ready engines and correctness fields."""
+        return self.send(Call("GET", f"/api/v1/traffic/{_seg(model)}"))
+
+    def set_traffic(self, model: str, weights: dict[str, float], allow_correctness_change: bool = False,
+                    reason: str | None = None) -> dict[str, Any]:
+        """Stored weights and the routing `generation` that includes them. A split over revisions whose
+        correctness fields differ is a Conflict (`correctness_split_refused`) unless allowed."""
+        return self.send(set_traffic_call(model, weights, allow_correctness_change, reason))
 
     def list_flags(self) -> dict[str, Any]:
         return self.send(Call("GET", "/api/v1/flags"))
@@ -245,6 +271,12 @@ class AsyncControllerClient:
 
     async def routing(self) -> dict[str, Any]:
         return await self.send(ROUTING)
+
+    async def report_gateway(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return await self.send(report_gateway_call(payload))
+
+    async def list_gateways(self) -> list[dict[str, Any]]:
+        return await self.send(GATEWAYS)
 
     async def status(self) -> dict[str, Any]:
         return await self.send(STATUS)

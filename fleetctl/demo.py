@@ -2,8 +2,8 @@
 status, then `fleetctl down` (unless --keep).
 
 Every step is the command a user would type (`fleetctl up --detach`, `fleetctl status`, `fleetctl down`),
-run as a subprocess, so the demo shows the real path. Requests go to an engine URL for now; once `up`
-starts a gateway they go through it.
+run as a subprocess, so the demo shows the real path. Requests go through the gateway, which routes each one
+by prefix locality and load and says which engine served it (`x-fleet-served-by`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
 def _up(args: argparse.Namespace) -> dict[str, Any] | None:
     """`fleetctl up --detach`; its progress shows on the terminal, its JSON summary is parsed."""
     port = "8080" if port_is_free(int(DEFAULT_CONTROLLER.rsplit(":", 1)[1])) else "0"
+    gateway_port = "8000" if port_is_free(8000) else "0"
     command = ["up", "--detach", "--model", args.model, "--nodes", str(args.nodes), "--controller-port", port,
+               "--gateway-port", gateway_port,
                "--state-dir", str(default_state_dir()), "-o", "json"]
     print(f"$ fleetctl {' '.join(command)}", flush=True)
     result = subprocess.run(fleetctl_argv(*command), stdout=subprocess.PIPE, text=True, env=child_env({}))
@@ -68,21 +70,21 @@ def _up(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _ask(fleet: dict[str, Any], max_tokens: int) -> None:
-    engines = fleet["engines"]
-    print(f"\n{len(engines)} engine(s) serving {fleet['served_model']}; asking {len(QUESTIONS)} questions\n")
-    for i, question in enumerate(QUESTIONS):
-        engine = engines[i % len(engines)]
+    gateway = fleet["gateway_url"]
+    print(f"\n{len(fleet['engines'])} engine(s) serving {fleet['served_model']} behind the gateway at {gateway}; "
+          f"asking {len(QUESTIONS)} questions\n")
+    for question in QUESTIONS:
         started = time.monotonic()
-        answer = _chat(engine["url"], fleet["served_model"], question, max_tokens)
-        print(f"Q: {question}\nA: {answer.strip()}\n   ({engine['name']} on {engine['node']}, {time.monotonic() - started:.1f}s)\n")
+        answer, served_by = _chat(gateway, fleet["served_model"], question, max_tokens)
+        print(f"Q: {question}\nA: {answer.strip()}\n   (served by {served_by}, {time.monotonic() - started:.1f}s)\n")
 
 
-def _chat(url: str, model: str, question: str, max_tokens: int) -> str:
+def _chat(url: str, model: str, question: str, max_tokens: int) -> tuple[str, str]:
     body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
             "temperature": 0}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
     response.raise_for_status()
-    return response.json()["choices"][0]["message"]["content"]
+    return response.json()["choices"][0]["message"]["content"], response.headers.get("x-fleet-served-by", "?")
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> None:

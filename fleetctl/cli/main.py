@@ -25,9 +25,11 @@ from fleetctl.cli import (
     controller_cmd,
     deploy_cmd,
     engine_cmd,
+    gateway_cmd,
     node_cmd,
     status_cmd,
     token_cmd,
+    traffic_cmd,
     up_cmd,
 )
 from fleetctl.cli.context import CliContext
@@ -45,8 +47,8 @@ COMMAND_MODULES: list[ModuleType] = [
     controller_cmd,
     agent_cmd,  # agent serve|engines|drain|restart|stop; engine serve
     up_cmd,  # up, down (NAME None: merged at the top level)
-    # gateway_cmd,
-    # traffic_cmd,
+    gateway_cmd,  # gateway serve; route explain (NAME None: merged at the top level)
+    traffic_cmd,  # traffic get|set
 ]
 
 app = typer.Typer(

@@ -45,6 +45,7 @@ def up(
     state_dir: StateDirOption = None,
     controller_port: Annotated[int, typer.Option("--controller-port", help="controller port (0: any free port)")] = 8080,
     engine_port_base: Annotated[int, typer.Option("--engine-port-base", help="node i's engines use ports BASE+100*i ...")] = 8100,
+    gateway_port: Annotated[int, typer.Option("--gateway-port", help="gateway port, the OpenAI front door (0: any free port)")] = 8000,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the engines to be ready")] = 900.0,
     output: OutputOption = Format.table,
 ) -> None:
@@ -53,7 +54,8 @@ def up(
     from fleetctl.localfleet import UpOptions, down as fleet_down, up as fleet_up
 
     options = UpOptions(state_dir=(state_dir or default_state_dir()), nodes=nodes, model=model.value,
-                        controller_port=controller_port, engine_port_base=engine_port_base, ready_timeout_s=timeout)
+                        controller_port=controller_port, engine_port_base=engine_port_base,
+                        gateway_port=gateway_port, ready_timeout_s=timeout)
     record = fleet_up(options, progress=status)
     _print_fleet(record, output, detach)
     if detach:
@@ -136,7 +138,7 @@ def _how_to_use(record: Any, detached: bool) -> str:
     env = "" if state_dir == default_state_dir().resolve() else f"FLEET_STATE_DIR={shlex.quote(str(state_dir))} "
     controller = "" if record.controller_url == DEFAULT_CONTROLLER else f" --controller {record.controller_url}"
     down_args = "" if not env else f" --state-dir {shlex.quote(str(state_dir))}"
-    served = record.engines[0]["url"] if record.engines else "http://127.0.0.1:8100"
+    served = record.gateway_url or (record.engines[0]["url"] if record.engines else "http://127.0.0.1:8100")
     body = {"model": record.served_model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
     return "\n".join([
         "try it:",

@@ -1,6 +1,7 @@
 """The audit log: one append-only row per mutating API call (who, what, target, why, payload digest,
-result, when). Successful changes are recorded in the same transaction as the change; refused (4xx) and
-failed (5xx) calls are recorded afterwards by the API middleware, when the change itself was rolled back.
+result, when; and `detail` when a guard was explicitly overridden, e.g. an allowed correctness change).
+Successful changes are recorded in the same transaction as the change; refused (4xx) and failed (5xx)
+calls are recorded afterwards by the API middleware, when the change itself was rolled back.
 There is no update or delete path.
 """
 
@@ -44,13 +45,14 @@ class AuditRecord:
     result: str
     status: int
     code: str | None = None
+    detail: dict[str, Any] | None = None  # what a guard explicitly let through (e.g. an allowed correctness change)
 
 
 def record(session: Session, entry: AuditRecord, now: datetime) -> None:
     session.add(AuditEvent(
         at=now, actor=entry.actor[:65], action=entry.action[:100], target=entry.target[:300],
         reason=entry.reason, payload_digest=entry.payload_digest, result=entry.result,
-        code=entry.code, status=entry.status,
+        code=entry.code, status=entry.status, detail=entry.detail,
     ))
 
 
@@ -81,5 +83,5 @@ def event_view(row: AuditEvent) -> dict[str, Any]:
     return {
         "id": row.id, "at": row.at.isoformat(), "actor": row.actor, "action": row.action, "target": row.target,
         "reason": row.reason, "payload_digest": row.payload_digest, "result": row.result, "code": row.code,
-        "status": row.status,
+        "status": row.status, "detail": row.detail,
     }

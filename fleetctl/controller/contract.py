@@ -123,3 +123,31 @@ class RoutingTable(BaseModel):
     models: dict[str, RoutingModel]
     engines: list[RoutingEngine]
     flags: dict[str, Any]
+
+
+class GatewayReport(BaseModel):
+    """What a gateway reports after each routing-table refresh (`POST /api/v1/gateways/report`)."""
+
+    model_config = AGENT_INPUT
+
+    name: Name
+    url: str | None = Field(default=None, max_length=500, description="the gateway's base URL, if it has one")
+    generation: int = Field(ge=0, le=2**63 - 1, description="generation of the routing table it applied")
+    table_age_s: float = Field(ge=0, allow_inf_nan=False, description="seconds since that table was fetched")
+    refresh_interval_s: float | None = Field(
+        default=None, gt=0, le=3600, allow_inf_nan=False,
+        description="seconds between its refreshes (and reports); default 2. Stale after 3 missed",
+    )
+
+
+class GatewayView(BaseModel):
+    name: str
+    url: str | None
+    generation: int
+    table_age_s: float
+    refresh_interval_s: float
+    first_seen: str
+    last_seen: str
+    seen_ago_s: float
+    stale: bool
+    reported_by: str

@@ -2,8 +2,9 @@
 tests/controller/test_migrations.py compares the two.
 
 Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
-assignments. Observed state: nodes (registration, heartbeat) and engines (what agents report).
-Bookkeeping: api_tokens, audit_events (append-only).
+assignments. Observed state: nodes (registration, heartbeat), engines (what agents report) and gateways
+(which routing table each applied). Bookkeeping: api_tokens, audit_events (append-only), routing_state
+(the routing table's generation counter).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -131,6 +132,32 @@ class TrafficPolicy(Base):
     updated_by: Mapped[str] = mapped_column(String(NAME))
 
 
+class RoutingState(Base):
+    """One row (id 1): the routing table's generation, a counter that advances whenever the table's content
+    (digest) changes, so gateways' reports can be compared ("at or past generation G")."""
+
+    __tablename__ = "routing_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)
+    digest: Mapped[str] = mapped_column(String(64))  # sha256 of the table content that has `generation`
+
+
+class Gateway(Base):
+    """A gateway as it last reported itself: the routing-table generation it applied and when."""
+
+    __tablename__ = "gateways"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    url: Mapped[str | None] = mapped_column(String(500))
+    generation: Mapped[int] = mapped_column(BigInteger)  # of the routing table it applied
+    table_age_s: Mapped[float] = mapped_column(Float)  # that table's age when reported
+    refresh_interval_s: Mapped[float] = mapped_column(Float)  # how often it refreshes (and reports)
+    first_seen_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+    reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
+
+
 class FeatureFlag(Base):
     __tablename__ = "feature_flags"
 
@@ -155,6 +182,7 @@ class AuditEvent(Base):
     result: Mapped[str] = mapped_column(String(16))  # ok | noop | refused | error
     code: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[dict[str, Any] | None]  # what a guard let through, e.g. an allowed correctness change
 
 
 class ApiToken(Base):

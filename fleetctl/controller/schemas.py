@@ -61,7 +61,12 @@ class DeploymentSet(Body):
 
 
 class TrafficSet(Body):
-    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(min_length=1, description="class_ref -> weight")
+    weights: dict[str, float] = Field(
+        min_length=1, max_length=1000,
+        description="class revision NAME@rN -> weight (>= 0, relative; some positive); checked by traffic_guard",
+    )
+    allow_correctness_change: bool = Field(
+        default=False, description="store a split over revisions whose correctness fields differ (audited)")
 
 
 class FlagSet(Body):

@@ -1,42 +1,129 @@
 """Traffic policies: for each model, weights over its class revisions (read by the gateway via routing).
 
-Validated before stored: every class ref exists and serves the model, and some weight is positive.
-The correctness guard on splits (and rollouts that declare differences) is a later step.
+`set_traffic` gathers a snapshot (the specs of the revisions named, ready engines per revision) and asks
+the pure guard (traffic_guard.check_split) whether to store the weights; a refusal stores nothing. A split
+over revisions whose correctness fields differ is stored only when the caller explicitly allowed it, and
+the outcome says so (the API records it in the audit event).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetctl.controller.classes import resolve_ref
-from fleetctl.controller.models import TrafficPolicy
-from fleetctl.errors import ValidationFailed
+from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, Node, TrafficPolicy
+from fleetctl.controller.nodes import UP
+from fleetctl.controller.traffic_guard import (
+    CONFLICT,
+    CORRECTNESS_CHANGE_ALLOWED,
+    CorrectnessDifference,
+    Refusal,
+    check_split,
+    correctness_differences,
+)
+from fleetctl.errors import Conflict, FleetError, NotFound, ValidationFailed
+from fleetctl.replica_class import ReplicaClassSpec, correctness_fields
+
+READY = "ready"
 
 
-def set_traffic(session: Session, model: str, weights: dict[str, float], actor: str, now: datetime) -> bool:
-    """Store the model's weights; False if they were already exactly these."""
-    if not any(w > 0 for w in weights.values()):
-        raise ValidationFailed("weights: at least one weight must be positive", field="weights")
-    for ref in weights:
-        revision = resolve_ref(session, ref, field=f"weights.{ref}")
-        if revision.ref != ref:
-            raise ValidationFailed(f"weights.{ref}: name a revision (NAME@rN), e.g. {revision.ref}", field=f"weights.{ref}")
-        if revision.spec["model"] != model:
-            raise ValidationFailed(f"weights.{ref}: serves {revision.spec['model']!r}, not {model!r}", field=f"weights.{ref}")
+@dataclass(frozen=True)
+class TrafficChange:
+    """What `set_traffic` did: stored (changed) or not, and the correctness differences it was allowed."""
+
+    changed: bool
+    allowed_differences: list[CorrectnessDifference] = field(default_factory=list)
+
+    @property
+    def audit_code(self) -> str | None:
+        return CORRECTNESS_CHANGE_ALLOWED if self.allowed_differences else None
+
+    @property
+    def audit_detail(self) -> dict[str, Any] | None:
+        if not self.allowed_differences:
+            return None
+        return {"allow_correctness_change": True,
+                "correctness_differences": [d.to_json() for d in self.allowed_differences]}
+
+
+def set_traffic(session: Session, model: str, weights: dict[str, float], allow_correctness_change: bool,
+                actor: str, now: datetime) -> TrafficChange:
+    """Store the model's weights if the guard allows them; raise the first refusal otherwise."""
+    specs = known_specs(session, weights)
+    refusals = check_split(model, weights, specs, ready_engines(session, weights), allow_correctness_change)
+    if refusals:
+        raise refusal_error(refusals)
+    allowed = correctness_differences(weights, specs)
     row = session.get(TrafficPolicy, model)
     if row is not None and row.weights == weights:
-        return False
+        return TrafficChange(False, allowed)
     if row is None:
         session.add(TrafficPolicy(model=model, weights=dict(weights), updated_at=now, updated_by=actor))
     else:
         row.weights, row.updated_at, row.updated_by = dict(weights), now, actor
-    return True
+    return TrafficChange(True, allowed)
+
+
+def refusal_error(refusals: list[Refusal]) -> FleetError:
+    """The first refusal as the API error (409 Conflict or 422 ValidationFailed); the rest are counted."""
+    first = refusals[0]
+    more = f" (and {len(refusals) - 1} more refusal(s))" if len(refusals) > 1 else ""
+    cls = Conflict if first.status == CONFLICT else ValidationFailed
+    return cls(first.message + more, code=first.code, field=first.field, status=first.status)
+
+
+def known_specs(session: Session, refs: Iterable[str]) -> dict[str, ReplicaClassSpec]:
+    rows = session.execute(select(ClassRevision).where(ClassRevision.ref.in_(list(refs)))).scalars()
+    return {row.ref: ReplicaClassSpec.model_validate(row.spec) for row in rows}
+
+
+def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
+    """Ready engines per class revision: reported `ready` by an agent whose node is up, and not being
+    drained (an engine on its way out is no place to send new traffic)."""
+    drained = set(session.execute(select(Assignment.node, Assignment.name).where(Assignment.drain.is_(True))).tuples())
+    rows = session.execute(
+        select(Engine.node, Engine.name, Engine.class_ref)
+        .join(Node, Node.name == Engine.node)
+        .where(Engine.state == READY, Node.state == UP, Engine.class_ref.in_(list(refs)))
+    ).tuples()
+    return dict(Counter(ref for node, name, ref in rows if (node, name) not in drained))
 
 
 def list_traffic(session: Session) -> dict[str, Any]:
     rows = session.execute(select(TrafficPolicy).order_by(TrafficPolicy.model)).scalars()
-    return {row.model: {"weights": row.weights, "updated_at": row.updated_at.isoformat(), "updated_by": row.updated_by} for row in rows}
+    return {row.model: {"weights": row.weights, "updated_at": row.updated_at.isoformat(), "updated_by": row.updated_by}
+            for row in rows}
+
+
+def traffic_view(session: Session, model: str) -> dict[str, Any]:
+    """The model's weights (its policy, else every deployed revision equally, as the routing table does)
+    and, for each revision weighted or deployed, its ready engines and correctness fields."""
+    row = session.get(TrafficPolicy, model)
+    deployed = sorted(set(session.execute(
+        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()))
+    if row is None and not deployed:
+        raise NotFound(f"model {model!r} has no traffic policy and no deployment", field="model")
+    weights = dict(row.weights) if row is not None else {ref: 1.0 for ref in deployed}
+    refs = sorted(set(weights) | set(deployed))
+    specs, ready = known_specs(session, refs), ready_engines(session, refs)
+    total = sum(w for w in weights.values() if w > 0)
+    return {
+        "model": model, "source": "policy" if row is not None else "deployments", "weights": weights,
+        "updated_at": row.updated_at.isoformat() if row is not None else None,
+        "updated_by": row.updated_by if row is not None else None,
+        "revisions": [_revision_view(ref, weights.get(ref, 0.0), total, ready.get(ref, 0), specs.get(ref)) for ref in refs],
+    }
+
+
+def _revision_view(ref: str, weight: float, total: float, ready: int, spec: ReplicaClassSpec | None) -> dict[str, Any]:
+    values = spec.model_dump(mode="json") if spec is not None else {}
+    return {
+        "ref": ref, "weight": weight, "share": round(weight / total, 4) if total > 0 and weight > 0 else 0.0,
+        "ready_engines": ready, "correctness": {name: values.get(name) for name in correctness_fields()},
+    }

@@ -6,8 +6,6 @@ Each is built from a handful of whole-table queries, so `GET /api/v1/status` sta
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from fleetctl.controller import routing_generation
 from fleetctl.controller.deployments import deployment_view
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
 from fleetctl.controller.nodes import node_view
@@ -87,18 +86,22 @@ def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
 
 
 def routing(session: Session) -> dict[str, Any]:
-    """The gateway's table (docs/contracts.md). `generation` is a digest of the rest: equal tables have
-    equal generations; it is not ordered."""
+    """The gateway's table (docs/contracts.md). `generation` is a counter that advances whenever the rest,
+    engines' metrics aside, changes (routing_generation.py): a later table has a larger generation."""
+    generation, table = routing_generation.stamp(session, lambda: routing_content(session))
+    return {"generation": generation, **table}
+
+
+def routing_content(session: Session) -> dict[str, Any]:
+    """The routing table without its generation."""
     deps = list(session.execute(select(Deployment).order_by(Deployment.name)).scalars())
     policies = {p.model: p.weights for p in session.execute(select(TrafficPolicy)).scalars()}
     specs = {c.ref: c.spec for c in session.execute(select(ClassRevision)).scalars()}
-    table = {
+    return {
         "models": _models(deps, policies, specs),
         "engines": _routing_engines(session),
         "flags": {f.name: f.value for f in session.execute(select(FeatureFlag).order_by(FeatureFlag.name)).scalars()},
     }
-    canonical = json.dumps(table, sort_keys=True, separators=(",", ":")).encode()
-    return {"generation": int.from_bytes(hashlib.sha256(canonical).digest()[:7], "big"), **table}
 
 
 def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: dict[str, Any]) -> dict[str, Any]:

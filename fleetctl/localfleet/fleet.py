@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agent.client import AgentApiError, AgentClient
 from agent.ports import free_port, port_is_free
 from agent.process import read_records
@@ -53,6 +55,7 @@ class UpOptions:
     model: str = "smollm2"  # smollm2 | tiny: the reference engine's weights
     controller_port: int = 8080  # 0: any free port
     engine_port_base: int = 8100
+    gateway_port: int = 8000  # 0: any free port
     heartbeat_interval_s: float = 2.0
     kv_cache_mib: int = 64
     ready_timeout_s: float = 900.0  # a fresh machine loads and dequantises SmolLM2 on first use
@@ -115,6 +118,8 @@ def up(options: UpOptions, progress: Progress) -> FleetRecord:
         _start_gateway(record, options, progress)
         _apply_default_deployment(record, options, progress)
         wait_engines_ready(record, options.nodes, options.ready_timeout_s, progress)
+        wait_gateway_routes(record, options.nodes, 60.0, progress)
+        record.save()
     except BaseException:
         if record.processes:  # each start was saved to fleet.json, so `down` finds them
             progress("start-up failed; stopping what was started")
@@ -197,9 +202,48 @@ def agent_up(url: str) -> bool:
         return False
 
 
+def gateway_command(controller_url: str, port: int) -> list[str]:
+    """argv of the local gateway (its controller token travels in the environment, never on the command line)."""
+    return fleetctl_argv("gateway", "serve", "--controller", controller_url, "--host", HOST, "--port", str(port),
+                         "--name", "local-gateway", "--log-level", "warning")
+
+
 def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
-    """The place for the gateway: start it here (processes.start("gateway", ...)), wait for its health,
-    set record.gateway_url, and `down` stops it with the controller. Until then clients use engine URLs."""
+    """The OpenAI front door: routes by prefix locality and load over the controller's routing table.
+    `down` stops it with the controller."""
+    port = options.gateway_port or free_port(HOST)
+    if not port_is_free(port):
+        raise LocalFleetError(f"gateway port {port} is taken: pass --gateway-port (0 picks a free one)",
+                              code="port_taken", field="gateway_port", status=409)
+    record.gateway_url = f"http://{HOST}:{port}"
+    info = processes.start("gateway", "gateway", gateway_command(record.controller_url, port),
+                           Path(record.log_dir) / "gateway.log", {"FLEET_TOKEN": _read_token(record)}, record.gateway_url)
+    _add(record, info)
+    progress(f"gateway: starting at {record.gateway_url} (pid {info.pid})")
+    wait_for(lambda: gateway_up(record.gateway_url), info, 60.0, "the gateway to load its routing table")
+    progress("gateway: up")
+
+
+def gateway_up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_gateway_routes(record: FleetRecord, expected: int, timeout_s: float, progress: Progress) -> None:
+    """Wait until the gateway's table lists `expected` healthy engines (it refreshes every few seconds)."""
+    info = record.of_kind("gateway")[0]
+
+    def routes() -> bool:
+        try:
+            engines = httpx.get(f"{record.gateway_url}/health", timeout=2.0).json().get("engines", {})
+        except (httpx.HTTPError, ValueError):
+            return False
+        return sum(1 for e in engines.values() if e.get("healthy")) >= expected
+
+    wait_for(routes, info, timeout_s, f"the gateway to route to {expected} engine(s)")
+    progress(f"gateway: routing to {expected} engine(s)")
 
 
 def _apply_default_deployment(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
@@ -229,8 +273,7 @@ def wait_engines_ready(record: FleetRecord, expected: int, timeout_s: float, pro
             progress(f"{line}  [{time.monotonic() - started:.0f}s]")
             last = line
         if len(ready) >= expected:
-            record.engines = ready
-            record.save()
+            record.engines = ready  # saved by `up` once the gateway routes to them too: then the fleet is up
             return
         for info in record.processes:
             if (how := processes.exit_status(info)) is not None:

@@ -89,7 +89,7 @@ def test_migrate_command(tmp_path: Path, db_env: dict[str, str]) -> None:
     for _ in range(2):
         result = fleetctl("controller", "migrate", env=env)
         assert result.returncode == 0, result.stderr
-        assert "database schema at revision 0001" in result.stderr
+        assert "database schema at revision 0002" in result.stderr
 
 
 def test_migrate_against_an_unreachable_database(tmp_path: Path) -> None:

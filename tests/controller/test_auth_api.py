@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ctl_helpers import SPEC, Api, apply_class, register
+from ctl_helpers import SPEC, Api, apply_class, beat, deploy, observed, register
 from fastapi.testclient import TestClient
 
 from fleetctl.controller.api.app import create_app
@@ -52,10 +52,18 @@ def routes(role: str) -> list[tuple[str, str, Any, str]]:
     ]
 
 
+def serve_ready(api: Api, class_ref: str, node: str) -> None:
+    deploy(api, "serving", class_ref, 1)
+    api.reconcile()
+    reply = beat(api, node)
+    beat(api, node, reply["generation"], [observed(a, "ready") for a in reply["assignment"]])
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_each_role_is_allowed_and_refused_where_it_should_be(api: Api, role: str) -> None:
     apply_class(api)
     register(api, "n1")
+    serve_ready(api, "chat@r1", "n1")  # traffic may only go to revisions with a ready engine
     for method, path, body, need in routes(role):
         response = api.call(method, path, role=role, json=body)
         if role in WHO_MAY[need]:

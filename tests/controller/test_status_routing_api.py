@@ -45,7 +45,11 @@ def test_routing_table_follows_the_contract(api: Api) -> None:
 def test_traffic_and_flags_reach_the_routing_table(api: Api) -> None:
     fleet_with_engines(api)
     before = api.call("GET", "/api/v1/routing", role="viewer").json()["generation"]
-    r2 = apply_class(api, max_num_seqs=8)["ref"]
+    r2 = apply_class(api, max_num_seqs=8)["ref"]  # a performance-only difference: the split guard allows it
+    deploy(api, "chat-r2", r2, 1)  # and traffic may only go to revisions with a ready engine
+    api.reconcile()
+    reply = beat(api, "n1")
+    beat(api, "n1", reply["generation"], [observed(a, "ready") for a in reply["assignment"]])
     set_traffic = api.call("PUT", "/api/v1/traffic/smollm2-135m", role="operator", json={"weights": {"chat@r1": 90, r2: 10}})
     assert set_traffic.status_code == 200, set_traffic.text
     assert api.call("PUT", "/api/v1/flags/prefix-routing", role="operator", json={"value": False}).status_code == 200

@@ -42,7 +42,7 @@ def engine_port_base() -> int:
 
 
 def start_tiny_fleet(state_dir: Path, nodes: int = 2) -> FleetRecord:
-    options = UpOptions(state_dir=state_dir, nodes=nodes, model="tiny", controller_port=0,
+    options = UpOptions(state_dir=state_dir, nodes=nodes, model="tiny", controller_port=0, gateway_port=0,
                         engine_port_base=engine_port_base(), heartbeat_interval_s=1.0, kv_cache_mib=16,
                         ready_timeout_s=240.0)
     return up(options, progress=lambda line: print(line, flush=True))

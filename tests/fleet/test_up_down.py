@@ -30,7 +30,7 @@ def fleetctl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def up_args(state_dir: Path, *extra: str) -> list[str]:
     return ["up", "--model", "tiny", "--nodes", "1", "--state-dir", str(state_dir), "--controller-port", "0",
-            "--engine-port-base", str(engine_port_base()), *extra]
+            "--gateway-port", "0", "--engine-port-base", str(engine_port_base()), *extra]
 
 
 @pytest.fixture
@@ -57,6 +57,9 @@ def test_up_detach_then_down_stops_everything(state_dir):
     assert engine["state"] == "ready"
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     assert httpx.post(f"{engine['url']}/v1/chat/completions", json=body, timeout=60).status_code == 200
+    through_gateway = httpx.post(f"{fleet['gateway_url']}/v1/chat/completions", json=body, timeout=60)
+    assert through_gateway.status_code == 200
+    assert through_gateway.headers["x-fleet-served-by"].endswith(engine["name"])
     pids = [p["pid"] for p in fleet["processes"]] + [engine["pid"]]
     assert all(alive(pid) for pid in pids)
 

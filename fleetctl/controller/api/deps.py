@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -52,8 +53,9 @@ class Change:
     def actor(self) -> str:
         return self.principal.name
 
-    def record(self, session: Session, target: str, result: str = audit.OK, status: int = 200) -> None:
-        entry = audit.AuditRecord(self.actor, self.action, target, self.reason, self.digest, result, status)
+    def record(self, session: Session, target: str, result: str = audit.OK, status: int = 200,
+               code: str | None = None, detail: dict[str, Any] | None = None) -> None:
+        entry = audit.AuditRecord(self.actor, self.action, target, self.reason, self.digest, result, status, code, detail)
         audit.record(session, entry, self.runtime.clock())
 
 

@@ -2,7 +2,8 @@
 audit record of refused (4xx) and failed (5xx) mutations.
 
 Every request's body is read here first (at most `max_body_bytes`; more is a 413) and replayed to the app.
-For mutating calls (POST/PUT/PATCH/DELETE under /api/v1, except the high-rate agent heartbeat) the
+For mutating calls (POST/PUT/PATCH/DELETE under /api/v1, except the high-rate agent heartbeat and gateway
+report, which report observed state rather than change the fleet) the
 handler records success in its own transaction; when the response is an error, the change was rolled
 back and this middleware records the refusal instead, so every mutating call leaves exactly one event.
 """
@@ -27,7 +28,7 @@ from fleetctl.errors import ValidationFailed
 log = logging.getLogger(__name__)
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-NOT_AUDITED = frozenset({"/api/v1/agents/heartbeat"})
+NOT_AUDITED = frozenset({"/api/v1/agents/heartbeat", "/api/v1/gateways/report"})  # reports, not changes
 REASON_HEADER = "x-fleet-reason"
 CONTEXT_KEY = "fleet.request"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from fleetctl.controller import flags, traffic
+from fleetctl.controller import flags, routing_generation, traffic, views
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
@@ -23,13 +23,29 @@ def traffic_list(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str,
         return traffic.list_traffic(session)
 
 
-@router.put("/traffic/{model}", name="traffic.set")
-def traffic_set(model: str, body: TrafficSet, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
-    runtime = change.runtime
+@router.get("/traffic/{model}", name="traffic.show", dependencies=read)
+def traffic_show(model: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
+    """The model's weights and, per revision, its ready engines and correctness fields."""
     with runtime.store.session() as session:
-        changed = traffic.set_traffic(session, model, dict(body.weights), change.actor, runtime.clock())
-        change.record(session, target=model, result=OK if changed else NOOP)
-    return {"model": model, "weights": body.weights, "result": "changed" if changed else "unchanged"}
+        return traffic.traffic_view(session, model)
+
+
+@router.put("/traffic/{model}", name="traffic.set", responses={409: {"description": "refused by the split guard"}})
+def traffic_set(model: str, body: TrafficSet, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Refused (409 `correctness_split_refused`) when positively weighted revisions differ in correctness
+    fields, unless `allow_correctness_change` (then stored and audited with code `correctness_change_allowed`);
+    409 `no_ready_engines` when a positively weighted revision has no ready engine. `generation` is the
+    routing table generation that includes this change: gateways at or past it have applied it."""
+    runtime = change.runtime
+    weights = dict(body.weights)
+    with runtime.store.session() as session:
+        outcome = traffic.set_traffic(session, model, weights, body.allow_correctness_change, change.actor, runtime.clock())
+        change.record(session, target=model, result=OK if outcome.changed else NOOP,
+                      code=outcome.audit_code, detail=outcome.audit_detail)
+        generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
+    return {"model": model, "weights": weights, "result": "changed" if outcome.changed else "unchanged",
+            "generation": generation, "correctness_change_allowed": outcome.audit_detail is not None,
+            "correctness_differences": [d.to_json() for d in outcome.allowed_differences]}
 
 
 @router.get("/flags", name="flag.list", dependencies=read)

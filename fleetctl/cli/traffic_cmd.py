@@ -1,0 +1,243 @@
+"""`fleetctl traffic get|set`: a model's weights over class revisions, and waiting until every live
+gateway routes on them.
+
+`set` stores the weights (the controller's split guard may refuse: exit 5, one line), then polls
+`GET /api/v1/gateways` until every live gateway reports the routing generation that includes the change
+(or a later one), and says how long that took and which gateways. Stale gateways (not heard from for 3
+refresh intervals) are named but not waited for.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
+from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
+from fleetctl.client import ControllerClient
+from fleetctl.controller.traffic_guard import correctness_differences
+from fleetctl.errors import FleetError, ValidationFailed
+from fleetctl.replica_class import ReplicaClassSpec, parse_ref
+
+NAME = "traffic"
+app = typer.Typer(no_args_is_help=True, help="Traffic weights over class revisions: get, set.")
+
+ModelArg = Annotated[str, typer.Argument(help="the model name clients ask for")]
+USAGE = "expected NAME@rN=WEIGHT, e.g. chat@r1=90 chat@r2=10"
+POLL_S = 0.2
+
+REVISION_COLUMNS = [
+    col("REVISION", "ref"), col("WEIGHT", "weight"), Column("SHARE", lambda r: f"{r['share'] * 100:g}%"),
+    col("READY", "ready_engines"), Column("CORRECTNESS", lambda r: correctness_summary(r["correctness"])),
+]
+SET_COLUMNS = [col("MODEL", "model"), col("RESULT", "result"), col("GENERATION", "generation"), col("WEIGHTS", "weights"),
+               Column("APPLIED BY", lambda r: ",".join(r.get("applied", {}).get("gateways", [])))]
+SUMMARY_FIELDS = [("backend", "backend"), ("weights", "weights"), ("weights_revision", "rev"), ("tokenizer", "tokenizer"),
+                  ("dtype", "dtype"), ("kv_cache_dtype", "kv"), ("max_model_len", "len"), ("rope_scaling", "rope"),
+                  ("sampler", "sampler")]
+
+
+# --- parsing and formatting (pure) ---
+
+def parse_weights(args: list[str]) -> dict[str, float]:
+    """['chat@r1=90', 'chat@r2=10'] -> {'chat@r1': 90.0, 'chat@r2': 10.0}; ValidationFailed (exit 2) otherwise."""
+    if not args:
+        raise ValidationFailed(f"give at least one weight: {USAGE}", field="weights")
+    weights: dict[str, float] = {}
+    for arg in args:
+        ref, weight = _parse_one(arg)
+        if ref in weights:
+            raise ValidationFailed(f"{ref} is given twice", field="weights")
+        weights[ref] = weight
+    return weights
+
+
+def _parse_one(arg: str) -> tuple[str, float]:
+    ref, sep, raw = arg.partition("=")
+    if not sep or not ref or not raw:
+        raise ValidationFailed(f"{arg!r}: {USAGE}", field="weights")
+    try:
+        parse_ref(ref)
+    except ValueError as exc:
+        raise ValidationFailed(f"{arg!r}: {exc}", field="weights") from None
+    try:
+        weight = float(raw)
+    except ValueError:
+        raise ValidationFailed(f"{arg!r}: weight {raw!r} is not a number", field="weights") from None
+    if not math.isfinite(weight) or weight < 0:
+        raise ValidationFailed(f"{arg!r}: weight must be a finite number >= 0", field="weights")
+    return ref, weight
+
+
+def format_weights(weights: dict[str, float]) -> str:
+    return " ".join(f"{ref}={weight:g}" for ref, weight in weights.items())
+
+
+def correctness_summary(fields: dict[str, Any]) -> str:
+    """The correctness fields in one short cell: 'backend=reference weights=smollm2 rev=main dtype=float32 …'."""
+    parts = [f"{label}={_short(fields.get(name))}" for name, label in SUMMARY_FIELDS
+             if not (name == "tokenizer" and fields.get(name) is None)]
+    return " ".join(parts)
+
+
+def _short(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# --- waiting for gateways (the decision is pure; the loop polls) ---
+
+@dataclass(frozen=True)
+class Acks:
+    """Where the gateways stand with respect to `generation`."""
+
+    generation: int
+    applied: list[str]  # live, at or past the generation
+    pending: list[tuple[str, int]]  # live, not yet: (name, the generation they are at)
+    stale: list[str]  # not heard from for 3 refresh intervals: not waited for
+
+    @property
+    def live(self) -> int:
+        return len(self.applied) + len(self.pending)
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+
+def acknowledgements(gateways: list[dict[str, Any]], generation: int) -> Acks:
+    live = [g for g in gateways if not g["stale"]]
+    return Acks(
+        generation=generation,
+        applied=sorted(g["name"] for g in live if g["generation"] >= generation),
+        pending=sorted((g["name"], g["generation"]) for g in live if g["generation"] < generation),
+        stale=sorted(g["name"] for g in gateways if g["stale"]),
+    )
+
+
+def progress_line(acks: Acks) -> str:
+    waiting = ", ".join(f"{name} at {at}" for name, at in acks.pending)
+    return (f"waiting for generation {acks.generation}: {len(acks.applied)}/{acks.live} gateway(s) applied it; "
+            f"waiting for {waiting}")
+
+
+def done_line(acks: Acks, elapsed_s: float) -> str:
+    names = ", ".join(acks.applied)
+    line = f"generation {acks.generation} applied by {len(acks.applied)} gateway(s) in {elapsed_s:.1f}s: {names}"
+    return line + _stale_note(acks)
+
+
+def _stale_note(acks: Acks) -> str:
+    return f"; not waited for (stale): {', '.join(acks.stale)}" if acks.stale else ""
+
+
+def wait_applied(fetch: Callable[[], list[dict[str, Any]]], generation: int, timeout_s: float, poll_s: float = POLL_S,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Poll `fetch` (the gateway list) until every live gateway is at or past `generation`; progress on
+    stderr. Returns {gateways, stale, seconds}. FleetError `apply_timeout` (exit 1) after `timeout_s`."""
+    start, last = clock(), ""
+    while True:
+        gateways = fetch()
+        acks = acknowledgements(gateways, generation)
+        elapsed = clock() - start
+        if acks.live == 0:
+            status(_nobody(gateways, acks))
+            return {"gateways": [], "stale": acks.stale, "seconds": round(elapsed, 3)}
+        if acks.done:
+            status(done_line(acks, elapsed))
+            return {"gateways": acks.applied, "stale": acks.stale, "seconds": round(elapsed, 3)}
+        if elapsed >= timeout_s:
+            raise FleetError(_timeout_message(acks, timeout_s), code="apply_timeout")
+        line = progress_line(acks)
+        if line != last:
+            status(line)
+            last = line
+        sleep(min(poll_s, max(timeout_s - elapsed, 0.01)))
+
+
+def _nobody(gateways: list[dict[str, Any]], acks: Acks) -> str:
+    if not gateways:
+        return "no gateways registered; nothing to wait for"
+    return f"no live gateways ({len(acks.stale)} stale: {', '.join(acks.stale)}); nothing to wait for"
+
+
+def _timeout_message(acks: Acks, timeout_s: float) -> str:
+    behind = ", ".join(f"{name} (at {at})" for name, at in acks.pending)
+    return (f"generation {acks.generation} not applied within {timeout_s:g}s by: {behind}; the change is stored, "
+            f"{len(acks.applied)}/{acks.live} gateway(s) applied it")
+
+
+# --- confirming an allowed correctness change ---
+
+def correctness_preview(api: ControllerClient, weights: dict[str, float]) -> str:
+    """What allowing the change lets through, as far as the CLI can tell (the controller decides)."""
+    specs = {}
+    for ref, weight in weights.items():
+        if weight > 0:
+            try:
+                specs[ref] = ReplicaClassSpec.model_validate(api.get_class(ref)["spec"])
+            except (FleetError, ValueError, KeyError):
+                continue  # the controller will name what is wrong with it
+    differences = correctness_differences(weights, specs)
+    if not differences:
+        return "no correctness differences found between the weighted revisions"
+    return "; ".join(d.describe() for d in differences)
+
+
+# --- commands ---
+
+@app.command("get")
+def get_traffic(ctx: typer.Context, model: ModelArg, output: OutputOption = Format.table) -> None:
+    """MODEL's weights and, for each revision, its ready engines and correctness fields."""
+    view = client(ctx).get_traffic(model)
+    if output is Format.table:
+        status(f"{model}: {format_weights(view['weights'])}{_source(view)}")
+        emit(view["revisions"], output, REVISION_COLUMNS)
+    else:
+        emit(view, output)
+
+
+def _source(view: dict[str, Any]) -> str:
+    if view["source"] == "policy":
+        return f" (set by {view['updated_by']} at {view['updated_at']})"
+    return " (no policy: every deployed revision equally)"
+
+
+@app.command("set")
+def set_traffic(
+    ctx: typer.Context,
+    model: ModelArg,
+    weights: Annotated[list[str] | None, typer.Argument(
+        help="NAME@rN=WEIGHT ... (relative weights, >= 0)", show_default=False)] = None,
+    allow_correctness_change: Annotated[bool, typer.Option(
+        "--allow-correctness-change",
+        help="split across revisions whose correctness fields differ (asks first; audited)")] = False,
+    reason: ReasonOption = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every live gateway applied the change")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways")] = 30.0,
+    yes: YesOption = False,
+    output: OutputOption = Format.table,
+) -> None:
+    """Set MODEL's traffic weights, e.g. `fleetctl traffic set smollm2-135m chat@r1=90 chat@r2=10`."""
+    parsed = parse_weights(weights or [])
+    api = client(ctx)
+    if allow_correctness_change and not yes:
+        confirm(f"Allow a correctness change for {model} ({format_weights(parsed)})? "
+                f"{correctness_preview(api, parsed)}. This is audited.", yes)
+    result = api.set_traffic(model, parsed, allow_correctness_change, reason)
+    status(f"traffic {model}: {result['result']} (routing generation {result['generation']})")
+    if result.get("correctness_change_allowed"):
+        status("correctness change allowed (audited): " + "; ".join(_describe(d) for d in result["correctness_differences"]))
+    if wait:
+        result["applied"] = wait_applied(api.list_gateways, result["generation"], timeout)
+    emit(result, output, SET_COLUMNS)
+
+
+def _describe(difference: dict[str, Any]) -> str:
+    first, second = difference["between"]
+    fields = ", ".join(f"{f['field']} {_short(f['first'])} -> {_short(f['second'])}" for f in difference["fields"])
+    return f"{first} and {second} differ in {fields}"

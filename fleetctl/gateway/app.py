@@ -1,0 +1,180 @@
+"""The gateway's HTTP app: OpenAI-compatible front door, health, metrics and route explanations.
+
+    POST /v1/completions, /v1/chat/completions   JSON or SSE, routed and admitted (frontdoor.FrontDoor)
+    GET  /v1/models                              the routing table's models
+    POST /fleet/route/explain                    ranked candidates for a request, nothing sent
+    GET  /health                                 200 once a routing table is in hand (its age in the body)
+    GET  /metrics                                the gateway's Prometheus metrics (metrics.GatewayMetrics)
+
+/v1/* and /fleet/* need a client API key when keys are configured (api_keys.KeyRing). Every response
+carries `x-request-id` (the client's, or a new one). Errors use OpenAI's shape
+{"error": {"message", "type", "param", "code"}}; 429 and 503 carry Retry-After.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+from fleetctl.client import AsyncControllerClient
+from fleetctl.gateway.api_keys import KeyRing, load_key_ring
+from fleetctl.gateway.dispatch import RequestContext
+from fleetctl.gateway.errors import GatewayError, TooManyRequests
+from fleetctl.gateway.frontdoor import FrontDoor, error_response
+from fleetctl.gateway.metrics import GatewayMetrics
+from fleetctl.gateway.requests import CHAT, COMPLETION
+from fleetctl.gateway.routing_table import RoutingSource
+from fleetctl.gateway.service import GatewayService
+from fleetctl.gateway.settings import GatewaySettings
+from fleetctl.gateway.static_table import StaticTableSource, parse_static_engines
+from fleetctl.gateway.tokenization import Tokenizers
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-request-id"
+ENGINE_CONNECTIONS = 1000
+
+
+class RequestIdMiddleware:
+    """Echo the client's x-request-id (or a new one) on every response. Pure ASGI: streaming and
+    disconnect detection are untouched."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        request_id = headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode("latin-1"))]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def make_source(settings: GatewaySettings, client: httpx.AsyncClient) -> tuple[RoutingSource, Callable[[], Any] | None]:
+    """The routing-table source and how to close it."""
+    if settings.controller_url:
+        controller = AsyncControllerClient(settings.controller_url, settings.controller_token, timeout=5.0)
+        return controller, controller.aclose
+    return StaticTableSource(parse_static_engines(settings.static_engines), client, settings.static_flags), None
+
+
+def build_app(settings: GatewaySettings, source: RoutingSource | None = None, keys: KeyRing | None = None,
+              tokenizers: Tokenizers | None = None) -> FastAPI:
+    keys = keys if keys is not None else load_key_ring(settings.api_keys_file, settings.api_keys_env)
+    metrics = GatewayMetrics()
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        limits = httpx.Limits(max_connections=ENGINE_CONNECTIONS, max_keepalive_connections=100)
+        client = httpx.AsyncClient(limits=limits, timeout=settings.request_timeout_s)
+        table_source, close_source = (source, None) if source is not None else make_source(settings, client)
+        service = GatewayService(settings, table_source, client, metrics, tokenizers or Tokenizers(client))
+        state["door"] = FrontDoor(service)
+        await service.start()
+        log.info("gateway listening on %s:%d (%s; %d API key(s))", settings.host, settings.port,
+                 f"controller {settings.controller_url}" if settings.controller_url else f"{len(settings.static_engines)} static engine(s)",
+                 len(keys))
+        try:
+            yield
+        finally:
+            await service.close()
+            if close_source is not None:
+                await close_source()
+            await client.aclose()
+
+    app = FastAPI(title="fleetctl gateway", lifespan=lifespan)
+    app.add_middleware(RequestIdMiddleware)
+
+    def door() -> FrontDoor:
+        return state["door"]
+
+    def authorize(request: Request, ctx: RequestContext | None = None) -> str | None:
+        if keys.open:
+            return None
+        key = keys.identify(request.headers.get("authorization"))
+        if ctx is not None:
+            ctx.key_name = key.name
+        try:
+            keys.throttle(key)
+        except TooManyRequests:
+            metrics.rate_limited.labels(key.name).inc()
+            raise
+        return key.name
+
+    async def client_key(request: Request) -> str | None:
+        return authorize(request)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc)
+
+    async def generation(kind: str, request: Request) -> Response:
+        ctx = RequestContext(request.state.request_id)
+        try:
+            authorize(request, ctx)
+        except GatewayError as exc:
+            door().finish(ctx, exc.status_code)
+            return error_response(exc)
+        return await door().generate(kind, request, ctx)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generation(CHAT, request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generation(COMPLETION, request)
+
+    @app.get("/v1/models", dependencies=[Depends(client_key)])
+    async def models() -> dict[str, Any]:
+        table = door().service.require_table()
+        created = int(time.time())
+        cards = [model_card(name, route, created) for name, route in sorted(table.models.items())]
+        return {"object": "list", "data": cards}
+
+    @app.post("/fleet/route/explain", dependencies=[Depends(client_key)])
+    async def explain(request: Request) -> dict[str, Any]:
+        return await door().explain(request)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        service = door().service
+        table = service.table
+        body = {
+            "status": "ok" if table is not None else "no routing table yet",
+            "table_generation": table.generation if table else None,
+            "table_age_s": service.cache.age_s(),
+            "table_error": service.cache.last_error,
+            "engines": {n: {"healthy": e.healthy, "reason": e.down_reason} for n, e in sorted(service.engines.items())},
+        }
+        return JSONResponse(body, status_code=200 if table is not None else 503)
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        door().service.refresh_gauges()
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+def model_card(name: str, route: Any, created: int) -> dict[str, Any]:
+    windows = [spec.max_model_len for ref, spec in route.classes.items() if route.traffic.get(ref, 0) > 0]
+    return {"id": name, "object": "model", "created": created, "owned_by": "fleetctl", "root": name, "parent": None,
+            "max_model_len": max(windows) if windows else None, "permission": []}

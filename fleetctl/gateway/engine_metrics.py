@@ -1,0 +1,144 @@
+"""What the gateway reads from an engine's /metrics (vLLM's names; the reference engine uses the same), and the
+rates it derives from two consecutive scrapes. Pure: text in, numbers out.
+
+Read per scrape (`EngineSample`): the load gauges (running, waiting, KV usage), vllm:cache_config_info's labels
+(block size, pool size in blocks, the reference engine's kv_cache_mib), and cumulative counters/histogram
+sums from which `derive_rates` computes, between two scrapes:
+- prefill throughput: d(prompt tokens not served from the prefix cache) / d(sum of request prefill times),
+  only over intervals that computed at least MIN_PREFILL_TOKENS (a few short prompts measure the per-step
+  overhead, not the throughput);
+- decode step time: d(inter-token latency sum) / d(count);
+- P/D transfers (reference engine, decode side): handoffs, seconds and bytes from fleet_kv_transfer_*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine import metric_names as m
+
+MIN_PREFILL_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0  # 0..1
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    kv_cache_mib: float | None = None  # reference engine only
+    prompt_tokens: float = 0.0  # counters and histogram sums, cumulative
+    prefix_cache_hits: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefill_time_sum: float = 0.0
+    itl_sum: float = 0.0
+    itl_count: float = 0.0
+    kv_transfer_seconds_sum: float = 0.0
+    kv_transfer_count: float = 0.0
+    kv_transfer_bytes_sum: float = 0.0
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        if self.block_size is None or self.num_gpu_blocks is None:
+            return None
+        return self.block_size * self.num_gpu_blocks
+
+    @property
+    def kv_bytes_per_block(self) -> float | None:
+        if self.kv_cache_mib is None or not self.num_gpu_blocks:
+            return None
+        return self.kv_cache_mib * 1024 * 1024 / self.num_gpu_blocks
+
+
+_SUMMED = {
+    m.NUM_REQUESTS_RUNNING: "num_running",
+    m.NUM_REQUESTS_WAITING: "num_waiting",
+    m.PROMPT_TOKENS + "_total": "prompt_tokens",
+    m.PREFIX_CACHE_HITS + "_total": "prefix_cache_hits",
+    m.PREFIX_CACHE_QUERIES + "_total": "prefix_cache_queries",
+    m.REQUEST_PREFILL_TIME + "_sum": "prefill_time_sum",
+    m.INTER_TOKEN_LATENCY + "_sum": "itl_sum",
+    m.INTER_TOKEN_LATENCY + "_count": "itl_count",
+    "fleet_kv_transfer_seconds_sum": "kv_transfer_seconds_sum",
+    "fleet_kv_transfer_seconds_count": "kv_transfer_count",
+    "fleet_kv_transfer_bytes_sum": "kv_transfer_bytes_sum",
+}
+
+
+def parse_engine_metrics(text: str) -> EngineSample:
+    """The sample in a Prometheus text exposition; series of every `engine` label (DP rank) are summed,
+    KV usage is their mean. Unknown series are ignored; a text that does not parse raises ValueError."""
+    sums: dict[str, float] = {}
+    usage: list[float] = []
+    info: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            field_name = _SUMMED.get(sample.name)
+            if field_name is not None:
+                sums[field_name] = sums.get(field_name, 0.0) + sample.value
+            elif sample.name == m.KV_CACHE_USAGE_PERC:
+                usage.append(sample.value)
+            elif sample.name == m.CACHE_CONFIG_INFO and not info:
+                info = dict(sample.labels)
+    return EngineSample(
+        num_running=int(sums.pop("num_running", 0)),
+        num_waiting=int(sums.pop("num_waiting", 0)),
+        kv_cache_usage=sum(usage) / len(usage) if usage else 0.0,
+        block_size=_int(info.get("block_size")),
+        num_gpu_blocks=_int(info.get("num_gpu_blocks")),
+        kv_cache_mib=_float(info.get("kv_cache_mib")),
+        **sums,
+    )
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class SampleRates:
+    """What changed between two scrapes; None where nothing happened to measure."""
+
+    prefill_tokens_per_s: float | None = None
+    decode_step_s: float | None = None
+    kv_transfers: int = 0
+    kv_transfer_seconds: float = 0.0
+    kv_transfer_bytes: float = 0.0
+
+
+def derive_rates(before: EngineSample, after: EngineSample) -> SampleRates:
+    """Rates between two scrapes of the same engine. A counter that went down (engine restart) gives nothing."""
+    computed = (after.prompt_tokens - after.prefix_cache_hits) - (before.prompt_tokens - before.prefix_cache_hits)
+    prefill_s = after.prefill_time_sum - before.prefill_time_sum
+    itl_n = after.itl_count - before.itl_count
+    itl_s = after.itl_sum - before.itl_sum
+    transfers = after.kv_transfer_count - before.kv_transfer_count
+    return SampleRates(
+        prefill_tokens_per_s=computed / prefill_s if computed >= MIN_PREFILL_TOKENS and prefill_s > 0 else None,
+        decode_step_s=itl_s / itl_n if itl_n > 0 and itl_s > 0 else None,
+        kv_transfers=int(transfers) if transfers > 0 else 0,
+        kv_transfer_seconds=max(0.0, after.kv_transfer_seconds_sum - before.kv_transfer_seconds_sum) if transfers > 0 else 0.0,
+        kv_transfer_bytes=max(0.0, after.kv_transfer_bytes_sum - before.kv_transfer_bytes_sum) if transfers > 0 else 0.0,
+    )
+
+
+def ewma(previous: float | None, value: float | None, weight: float = 0.3) -> float | None:
+    """Exponentially weighted moving average; either side may be missing."""
+    if value is None:
+        return previous
+    if previous is None:
+        return value
+    return (1 - weight) * previous + weight * value

@@ -1,0 +1,136 @@
+"""The gateway's live view of one engine: health (active probes and passive failures), its last metrics
+sample, the rates derived from its scrapes, and the gateway's own requests in flight on it.
+
+Scrapes come every ~second; the gateway's own counts change the instant a request is sent or finishes, so
+the load the router sees is the last sample corrected by what the gateway did since:
+
+    waiting = sample.waiting + (own requests not yet at their first token now - then, at the sample)
+    running = sample.running + (own requests decoding now - then)
+
+(never below the gateway's own counts, never below zero).
+
+`take_sample` returns the rates derived since the previous sample; the service pools them per class.
+
+Health: an engine is routable while it is `healthy`. A failed probe (GET /health not 200, or /metrics
+unreachable) or a passive failure (refused connection, timeout, 503 on a request) marks it down at once,
+without waiting for the controller; 5xx answers mark it down after `errors_to_down` in a row. The next
+successful probe brings it back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fleetctl.gateway.engine_metrics import EngineSample, SampleRates, derive_rates
+
+ERRORS_TO_DOWN = 3
+_ticket_ids = itertools.count()
+
+
+@dataclass
+class InFlight:
+    """One request the gateway has sent to this engine and not yet seen finish."""
+
+    prompt_tokens: int
+    max_tokens: int
+    role: str = "mixed"  # the engine's part in it: mixed, prefill or decode
+    generated: int = 0
+    first_token_at: float | None = None
+    id: int = field(default_factory=lambda: next(_ticket_ids))
+
+    @property
+    def prefilling(self) -> bool:
+        return self.first_token_at is None
+
+
+@dataclass
+class EngineLive:
+    name: str
+    url: str
+    clock: Callable[[], float] = time.monotonic
+    healthy: bool = True  # optimistic until the first probe: the table says it is ready
+    down_reason: str | None = None
+    consecutive_errors: int = 0
+    sample: EngineSample | None = None
+    sampled_at: float | None = None
+    last_rates: SampleRates | None = None
+    inflight: dict[int, InFlight] = field(default_factory=dict)
+    _own_prefilling_at_sample: int = 0
+    _own_decoding_at_sample: int = 0
+
+    # --- health ---
+
+    def probe_ok(self) -> None:
+        self.healthy, self.down_reason, self.consecutive_errors = True, None, 0
+
+    def mark_down(self, reason: str) -> None:
+        self.healthy, self.down_reason = False, reason
+
+    def record_failure(self, reason: str, hard: bool) -> None:
+        """A request failed on this engine. `hard` (refused, timed out, 503): down now; else after a few."""
+        self.consecutive_errors += 1
+        if hard or self.consecutive_errors >= ERRORS_TO_DOWN:
+            self.mark_down(reason)
+
+    def record_success(self) -> None:
+        self.consecutive_errors = 0
+
+    # --- metrics ---
+
+    def take_sample(self, sample: EngineSample) -> SampleRates | None:
+        rates = derive_rates(self.sample, sample) if self.sample is not None else None
+        self.sample, self.sampled_at, self.last_rates = sample, self.clock(), rates
+        self._own_prefilling_at_sample = self.own_prefilling
+        self._own_decoding_at_sample = self.own_decoding
+        return rates
+
+    # --- the gateway's own requests ---
+
+    def start(self, ticket: InFlight) -> InFlight:
+        self.inflight[ticket.id] = ticket
+        return ticket
+
+    def finish(self, ticket: InFlight) -> None:
+        self.inflight.pop(ticket.id, None)
+
+    @property
+    def own_prefilling(self) -> int:
+        return sum(1 for t in self.inflight.values() if t.prefilling)
+
+    @property
+    def own_decoding(self) -> int:
+        return sum(1 for t in self.inflight.values() if not t.prefilling)
+
+    @property
+    def own_queued_prefill_tokens(self) -> int:
+        return sum(t.prompt_tokens for t in self.inflight.values() if t.prefilling)
+
+    # --- load as the router sees it ---
+
+    @property
+    def num_waiting(self) -> int:
+        sampled = self.sample.num_waiting if self.sample else 0
+        corrected = sampled + self.own_prefilling - self._own_prefilling_at_sample
+        return max(0, self.own_prefilling, corrected)
+
+    @property
+    def num_running(self) -> int:
+        sampled = self.sample.num_running if self.sample else 0
+        corrected = sampled + self.own_decoding - self._own_decoding_at_sample
+        return max(0, self.own_decoding, corrected)
+
+    @property
+    def others_waiting(self) -> int:
+        """Requests waiting on the engine that are not the gateway's own (other gateways, direct clients)."""
+        return max(0, self.num_waiting - self.own_prefilling)
+
+    @property
+    def others_running(self) -> int:
+        return max(0, self.num_running - self.own_decoding)
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.sample.kv_cache_usage if self.sample else 0.0

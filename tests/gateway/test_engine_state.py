@@ -1,0 +1,78 @@
+"""An engine as the gateway sees it: scraped load corrected by its own requests, health, traffic shares."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.gateway.engine_metrics import EngineSample
+from fleetctl.gateway.engine_state import ERRORS_TO_DOWN, EngineLive, InFlight
+from fleetctl.gateway.traffic import SessionMap, ShareTracker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_own_requests_count_at_once_between_scrapes() -> None:
+    live = EngineLive("e", "http://e")
+    live.take_sample(EngineSample(num_running=2, num_waiting=1))
+    assert (live.num_waiting, live.num_running) == (1, 2)
+    a = live.start(InFlight(prompt_tokens=100, max_tokens=10))
+    b = live.start(InFlight(prompt_tokens=50, max_tokens=10))
+    assert (live.num_waiting, live.own_queued_prefill_tokens) == (3, 150)
+    a.first_token_at = 1.0
+    assert (live.num_waiting, live.num_running) == (2, 3)
+    live.take_sample(EngineSample(num_running=3, num_waiting=2))  # the engine now reports them too
+    assert (live.num_waiting, live.num_running, live.others_waiting, live.others_running) == (2, 3, 1, 2)
+    live.finish(a)
+    live.finish(b)
+    assert (live.num_waiting, live.num_running) == (1, 2)
+
+
+def test_counts_never_go_below_the_gateways_own() -> None:
+    live = EngineLive("e", "http://e")
+    live.take_sample(EngineSample())
+    live.start(InFlight(prompt_tokens=10, max_tokens=5))
+    live.take_sample(EngineSample(num_waiting=0))  # scraped before the engine saw it
+    assert live.num_waiting == 1 and live.others_waiting == 0
+
+
+def test_hard_failures_take_an_engine_out_at_once_soft_ones_after_a_few() -> None:
+    live = EngineLive("e", "http://e")
+    for _ in range(ERRORS_TO_DOWN - 1):
+        live.record_failure("error_5xx", hard=False)
+    assert live.healthy
+    live.record_failure("error_5xx", hard=False)
+    assert not live.healthy and live.down_reason == "error_5xx"
+    live.probe_ok()
+    assert live.healthy and live.consecutive_errors == 0
+    live.record_failure("connect", hard=True)
+    assert not live.healthy
+
+
+def test_shares_decay_and_are_relative_to_the_candidates() -> None:
+    clock = Clock()
+    shares = ShareTracker(half_life_s=10.0, clock=clock)
+    assert shares.shares(["a", "b"]) == {"a": 0.5, "b": 0.5}
+    for _ in range(3):
+        shares.record("a")
+    shares.record("b")
+    assert shares.shares(["a", "b"]) == pytest.approx({"a": 0.75, "b": 0.25})
+    clock.now = 10.0
+    shares.record("b")  # a's 3 have halved to 1.5; b's 1 to 0.5, plus 1
+    assert shares.shares(["a", "b"]) == pytest.approx({"a": 0.5, "b": 0.5})
+    assert shares.shares(["a"]) == {"a": 1.0}
+
+
+def test_sessions_are_lru_bounded() -> None:
+    sessions = SessionMap(max_entries=2)
+    sessions.set("s1", "a")
+    sessions.set("s2", "b")
+    assert sessions.get("s1") == "a"  # s1 used: s2 is now the oldest
+    sessions.set("s3", "c")
+    assert sessions.get("s2") is None and sessions.as_mapping("s3") == {"s3": "c"}
+    assert sessions.as_mapping(None) == {} and len(sessions) == 2
