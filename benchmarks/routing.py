@@ -1,0 +1,619 @@
+"""Routing benchmark (issue 4): our gateway vs sglang-router and vllm-router (cache_aware) vs round-robin.
+
+    .venv/bin/python benchmarks/routing.py [--quick] [--model smollm2|tiny] [--policies gateway,sglang,vllm,round_robin]
+                                           [--rounds 1] [--duration 90] [--num-requests 80] [--slice-start 3910]
+
+One set of reference engines (4 x `python -m engine.reference`, KV events on, one torch thread each) serves a
+time-scaled slice of ../shared/traces/mooncake_synthetic.jsonl through each router in turn, with every
+engine's prefix cache reset (POST /reset_prefix_cache) before each run; nothing else is restarted.
+
+Workload: requests [slice_start, slice_start + N) of the trace. Each 512-token trace block (hash id) becomes
+`--block-tokens` real token ids (16: one engine block), drawn from single-token lowercase words of the
+SmolLM2 vocabulary by an RNG seeded with the hash id, so equal ids give equal token blocks. Prompt length =
+ceil(input_length x B / 512) capped at `--max-prompt-tokens`; output = min(output_length,
+`--max-output-tokens`) with ignore_eos; arrivals = trace timestamps stretched so the slice lasts
+`--duration` seconds. Prompts are sent as TEXT (/v1/completions, stream, temperature 0): sglang-router
+refuses token-id prompts (422), and the text is checked to tokenise back to exactly the intended ids.
+
+Per run: client-side TTFT (request sent -> first token chunk) P50/P90, end-to-end time, throughput;
+prefix-cache hit rate = sum of the engines' vllm:prefix_cache_hits_total deltas / queries deltas; requests
+per engine from vllm:request_success_total deltas (busiest engine's share / mean share). Per slice: the
+oracle ceiling (infinite cache, perfect routing): the fraction of prompt tokens in leading 16-token blocks
+already seen in an earlier request, looking up at most (n - 1) // 16 blocks as the engine does.
+Then the latency the gateway adds: the same small streamed request through the gateway and directly to the
+engine the gateway chose (x-fleet-served-by), interleaved, many trials; p50 of the paired differences, and
+the gateway's own fleet_gateway_added_latency_seconds over those trials.
+
+Results: stdout and benchmarks/results/routing.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import (  # noqa: E402
+    RESULTS,
+    BlockText,
+    Proc,
+    Procs,
+    histogram_quantile,
+    load_mooncake,
+    log,
+    metric_sum,
+    peer_versions,
+    percentile,
+    print_table,
+    reference_tokenizer_dir,
+    scrape,
+    start_engines,
+    start_gateway,
+    reset_caches,
+    start_peer_router,
+    wait_idle,
+    write_json,
+)
+
+OUT = RESULTS / "routing.json"
+TRACE = "mooncake_synthetic.jsonl"
+ENGINE_BLOCK = 16
+POLICIES = ("gateway", "sglang", "vllm", "round_robin")
+GOALS = {"p90_ttft_vs_best_peer": 0.8, "hit_rate_vs_oracle": 0.9, "busiest_vs_mean_share": 1.5, "added_latency_p50_ms": 2.0}
+
+
+@dataclass(frozen=True)
+class Req:
+    index: int  # row in the trace
+    arrival_s: float  # after the run starts
+    ids: list[int]
+    prompt: str | list[int]  # what is sent: the text (every router takes it), or the ids
+    max_tokens: int
+
+
+@dataclass
+class Result:
+    index: int
+    status: int = 0
+    error: str | None = None
+    sent_at: float = 0.0  # seconds after the run started
+    lag_s: float = 0.0  # sent - scheduled arrival
+    ttft_s: float = math.nan
+    e2e_s: float = math.nan
+    chunks: int = 0  # content chunks received (one per token on the reference engine)
+    served_by: str = ""  # the gateway's x-fleet-served-by engine
+    explain: list[dict[str, Any]] | None = None  # --explain: the gateway's ranked candidates just before sending
+
+
+# --- workload ---------------------------------------------------------------------------------------------
+
+
+def build_workload(args: argparse.Namespace, blocks: BlockText) -> list[Req]:
+    rows = load_mooncake(TRACE)[args.slice_start : args.slice_start + args.num_requests]
+    t0, span = rows[0]["timestamp"], max(1, rows[-1]["timestamp"] - rows[0]["timestamp"])
+    stretch = args.duration / (span / 1000.0)
+    workload, mismatches = [], 0
+    for offset, row in enumerate(rows):
+        num_tokens = min(args.max_prompt_tokens, math.ceil(row["input_length"] * args.block_tokens / 512))
+        ids = blocks.prompt_ids(row["hash_ids"], num_tokens)
+        text = blocks.text(ids)
+        if blocks.encode(text) != ids:
+            mismatches += 1
+        arrival = (row["timestamp"] - t0) / 1000.0 * stretch
+        workload.append(Req(args.slice_start + offset, arrival, ids, text, max(1, min(args.max_output_tokens, row["output_length"]))))
+    if mismatches:
+        raise SystemExit(f"{mismatches} prompts do not tokenise back to their ids; the prefix structure would be off")
+    return workload
+
+
+def oracle_ceiling(workload: list[Req], block: int = ENGINE_BLOCK) -> float:
+    """Infinite cache, perfect routing: prompt tokens in leading blocks already seen, / prompt tokens."""
+    seen: set[tuple[int, ...]] = set()
+    hits = total = 0
+    for req in workload:
+        n = len(req.ids)
+        total += n
+        for b in range((n - 1) // block):  # the engine computes at least the last token
+            if tuple(req.ids[: (b + 1) * block]) not in seen:
+                break
+            hits += block
+        seen.update(tuple(req.ids[: (b + 1) * block]) for b in range(n // block))
+    return hits / total if total else math.nan
+
+
+def workload_summary(workload: list[Req]) -> dict[str, Any]:
+    lengths = [len(r.ids) for r in workload]
+    return {
+        "requests": len(workload),
+        "duration_s": workload[-1].arrival_s,
+        "prompt_tokens": sum(lengths),
+        "prompt_tokens_mean": sum(lengths) / len(lengths),
+        "prompt_tokens_max": max(lengths),
+        "output_tokens": sum(r.max_tokens for r in workload),
+        "distinct_first_blocks": len({tuple(r.ids[:ENGINE_BLOCK]) for r in workload}),
+        "oracle_hit_rate": oracle_ceiling(workload),
+    }
+
+
+# --- the client -------------------------------------------------------------------------------------------
+
+
+async def replay(workload: list[Req], target: Any, model: str, explain: bool = False) -> tuple[list[Result], float]:
+    """Send every request at its arrival time (open loop); target(i) -> base URL. Returns results, makespan.
+    `explain` (gateway only): ask POST /fleet/route/explain for the same body first and keep its ranking."""
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.2
+        results = await asyncio.gather(*(one(client, req, target(i), model, start, explain) for i, req in enumerate(workload)))
+        return list(results), loop.time() - start
+
+
+async def one(client: httpx.AsyncClient, req: Req, base: str, model: str, start: float, explain: bool = False) -> Result:
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, start + req.arrival_s - loop.time()))
+    sent = loop.time()
+    result = Result(req.index, sent_at=sent - start, lag_s=sent - start - req.arrival_s)
+    body = {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    try:
+        if explain:
+            answer = (await client.post(base + "/fleet/route/explain", json=body)).json()
+            result.explain = [{k: c[k] for k in ("engine", "cached_blocks", "predicted_prefill_s", "recent_share",
+                                                 "hot_spot_damped", "score")} for c in answer["candidates"]]
+        async with client.stream("POST", base + "/v1/completions", json=body) as response:
+            result.status = response.status_code
+            result.served_by = response.headers.get("x-fleet-served-by", " ").split(" ")[-1]
+            if response.status_code != 200:
+                result.error = (await response.aread()).decode(errors="replace")[:300]
+                return result
+            async for line in response.aiter_lines():
+                if line.startswith(": x-fleet-served-by "):  # the engine, named late (first token after a keep-alive)
+                    result.served_by = line.split(" ")[-1]
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    result.error = json.dumps(chunk["error"])[:300]
+                    continue
+                if chunk.get("choices"):
+                    if result.chunks == 0:
+                        result.ttft_s = loop.time() - sent
+                    result.chunks += 1
+        result.e2e_s = loop.time() - sent
+    except (httpx.HTTPError, ValueError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"[:300]
+    return result
+
+
+def diagnose(workload: list[Req], results: list[Result], block: int = ENGINE_BLOCK) -> dict[str, Any]:
+    """Where the gateway's prompt tokens that the oracle would have hit went (needs --explain): per request,
+    the leading blocks an earlier request had (oracle), the most any engine held in the gateway's prefix index
+    at decision time, and what the engine it chose held."""
+    seen: set[tuple[int, ...]] = set()
+    tokens = {"oracle": 0, "served_engine_held": 0, "index_did_not_know": 0, "passed_over_hot_spot": 0, "passed_over_load": 0}
+    counts = {"requests_with_oracle_hits": 0, "followed_longest": 0, "index_did_not_know": 0, "passed_over": 0}
+    for req, result in zip(workload, results):
+        n = len(req.ids)
+        oracle = 0
+        for b in range((n - 1) // block):
+            if tuple(req.ids[: (b + 1) * block]) not in seen:
+                break
+            oracle += 1
+        seen.update(tuple(req.ids[: (b + 1) * block]) for b in range(n // block))
+        if not oracle or not result.explain:
+            continue
+        counts["requests_with_oracle_hits"] += 1
+        best = max(result.explain, key=lambda c: c["cached_blocks"])
+        served = next((c for c in result.explain if c["engine"] == result.served_by), result.explain[0])
+        known = min(best["cached_blocks"], oracle)
+        got = min(served["cached_blocks"], oracle)
+        tokens["oracle"] += oracle * block
+        tokens["served_engine_held"] += got * block
+        tokens["index_did_not_know"] += (oracle - known) * block
+        if known > got:
+            counts["passed_over"] += 1
+            key = "passed_over_hot_spot" if best["hot_spot_damped"] else "passed_over_load"
+            tokens[key] += (known - got) * block
+        elif known < oracle:
+            counts["index_did_not_know"] += 1
+        else:
+            counts["followed_longest"] += 1
+    return {"tokens": tokens, "requests": counts}
+
+
+# --- engines ----------------------------------------------------------------------------------------------
+
+ENGINE_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total",
+                   "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total")
+
+
+def engine_counters(engines: list[Proc]) -> list[dict[str, float]]:
+    return [{name: metric_sum(samples, name) for name in ENGINE_COUNTERS} for samples in (scrape(e.url) for e in engines)]
+
+
+def warm_up(engines: list[Proc], model: str, blocks: BlockText) -> None:
+    """A few requests per engine so first-call costs (allocator, kernels) stay out of the measured runs."""
+    for engine in engines:
+        for n in (64, 256, 512):
+            ids = blocks.prompt_ids(range(10**9, 10**9 + n // ENGINE_BLOCK + 1), n)
+            httpx.post(engine.url + "/v1/completions", timeout=600,
+                       json={"model": model, "prompt": ids, "max_tokens": 4, "ignore_eos": True}).raise_for_status()
+
+
+# --- one run ----------------------------------------------------------------------------------------------
+
+
+def run_policy(policy: str, procs: Procs, engines: list[Proc], workload: list[Req], model: str,
+               gateway_flags: list[str], explain: bool = False) -> dict[str, Any]:
+    router: Proc | None = None
+    if policy == "gateway":
+        router = start_gateway(procs, engines, gateway_flags)
+        router.extra["model_name"] = model
+        warm_router(router, model)
+    elif policy in ("sglang", "vllm"):
+        router = start_peer_router(procs, policy, engines)
+    elif policy != "round_robin":
+        raise ValueError(policy)
+    try:
+        wait_idle(engines)
+        reset_caches(engines)
+        time.sleep(2.0)  # the gateway's index applies AllBlocksCleared; its probes see idle engines
+        gateway_before = scrape(router.url) if policy == "gateway" else None
+        before = engine_counters(engines)
+        urls = [e.url for e in engines]
+        target = (lambda i: urls[i % len(urls)]) if router is None else (lambda i: router.url)
+        log(f"run {policy}: {len(workload)} requests over {workload[-1].arrival_s:.0f}s")
+        load_before = os.getloadavg()[0]
+        results, makespan = asyncio.run(replay(workload, target, model, explain and policy == "gateway"))
+        load_after = os.getloadavg()[0]
+        wait_idle(engines)
+        after = engine_counters(engines)
+        summary = summarise(policy, results, makespan, before, after, workload)
+        summary["loadavg_1m"] = [load_before, load_after]  # the machine is shared: other jobs' load, for the reader
+        if policy == "gateway":
+            summary["gateway"] = gateway_counters(gateway_before, scrape(router.url))
+            if explain:
+                summary["diagnosis"] = diagnose(workload, results)
+        return summary
+    finally:
+        if router is not None:
+            procs.stop(router)
+
+
+def warm_router(router: Proc, model: str) -> None:
+    """The gateway loads its tokenizer on the first request: keep that out of the measured run."""
+    for _ in range(3):
+        httpx.post(router.url + "/v1/completions", timeout=120,
+                   json={"model": model, "prompt": "warm up", "max_tokens": 1}).raise_for_status()
+
+
+def summarise(policy: str, results: list[Result], makespan: float, before: list[dict[str, float]],
+              after: list[dict[str, float]], workload: list[Req]) -> dict[str, Any]:
+    delta = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
+    ok = [r for r in results if r.status == 200 and r.error is None and not math.isnan(r.ttft_s)]
+    ok_ids = {id(r) for r in ok}
+    failed = [r for r in results if id(r) not in ok_ids]
+    ttfts = [r.ttft_s for r in ok]
+    per_engine = [d["vllm:request_success_total"] for d in delta]
+    total_requests = sum(per_engine)
+    queries = sum(d["vllm:prefix_cache_queries_total"] for d in delta)
+    hits = sum(d["vllm:prefix_cache_hits_total"] for d in delta)
+    busiest = max(per_engine) / total_requests if total_requests else math.nan
+    return {
+        "policy": policy,
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": len(results) - len(ok),
+        "error_samples": [f"{r.status} {r.error}" for r in failed][:3],
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p90_s": percentile(ttfts, 90),
+        "ttft_p99_s": percentile(ttfts, 99),
+        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else math.nan,
+        "e2e_p50_s": percentile([r.e2e_s for r in ok], 50),
+        "e2e_p90_s": percentile([r.e2e_s for r in ok], 90),
+        "makespan_s": makespan,
+        "throughput_rps": len(ok) / makespan,
+        "prompt_tokens_per_s": sum(len(workload[i].ids) for i, r in enumerate(results) if id(r) in ok_ids) / makespan,
+        "output_tokens_per_s": sum(r.chunks for r in ok) / makespan,
+        "output_tokens_mean": sum(r.chunks for r in ok) / len(ok) if ok else math.nan,
+        "send_lag_p99_s": percentile([r.lag_s for r in results], 99),
+        "hit_rate": hits / queries if queries else math.nan,
+        "prefix_cache_queries": queries,
+        "prefix_cache_hits": hits,
+        "engine_requests": per_engine,
+        "busiest_share": busiest,
+        "busiest_vs_mean": busiest * len(per_engine) if total_requests else math.nan,
+        "engine_prompt_tokens": sum(d["vllm:prompt_tokens_total"] for d in delta),
+        "engine_generation_tokens": sum(d["vllm:generation_tokens_total"] for d in delta),
+        "preemptions": sum(d["vllm:num_preemptions_total"] for d in delta),
+    }
+
+
+def gateway_counters(before: Any, after: Any) -> dict[str, Any]:
+    def delta(name: str, **labels: str) -> float:
+        return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
+
+    reasons = sorted({lab.get("reason", "") for lab, _ in after.get("fleet_gateway_routed_total", [])})
+    return {
+        "routed_by_reason": {r: delta("fleet_gateway_routed_total", reason=r) for r in reasons},
+        "retries": delta("fleet_gateway_retries_total"),
+        "admission_rejections": delta("fleet_gateway_admission_rejections_total"),
+    }
+
+
+# --- added latency ----------------------------------------------------------------------------------------
+
+
+def added_latency(procs: Procs, args: argparse.Namespace, blocks: BlockText) -> dict[str, Any]:
+    """Streamed TTFT of one small request through the gateway vs directly to the engine it chose (interleaved,
+    alternating which goes first), on `--latency-model` engines: `tiny` by default, whose ~10 ms answers keep
+    the engine's own noise small next to a few milliseconds of gateway time. Both as a text prompt (the
+    gateway tokenises it) and as token ids."""
+    engines = start_engines(procs, args.engines, args.latency_model, 64, 2048, args.num_threads)
+    model = httpx.get(engines[0].url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    gateway = start_gateway(procs, engines)  # the production setting: admission on
+    try:
+        warm_router(gateway, model)
+        ids = blocks.prompt_ids(range(2 * 10**9, 2 * 10**9 + 4), 48)
+        out: dict[str, Any] = {"engine_model": args.latency_model, "engines": len(engines), "trials": args.latency_trials,
+                               "prompt_tokens": len(ids)}
+        for label, prompt in (("text", blocks.text(ids)), ("token_ids", ids)):
+            body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": True}
+            out[label] = paired_trials(gateway, engines, body, args.latency_trials)
+        procs.stop(gateway)
+        text_body = {"model": model, "prompt": blocks.text(ids), "max_tokens": 1, "temperature": 0, "stream": True}
+        for engine in engines:
+            engine.extra["model_name"] = model
+        for peer in ("sglang", "vllm"):  # the same measurement through each peer, for scale (text prompt)
+            try:
+                router = start_peer_router(procs, peer, engines)
+            except (RuntimeError, TimeoutError) as exc:
+                out[f"{peer}_text"] = {"error": str(exc)[:300]}
+                continue
+            try:
+                out[f"{peer}_text"] = paired_trials(router, engines, text_body, args.latency_trials)
+            finally:
+                procs.stop(router)
+        return out
+    finally:
+        procs.stop(gateway)
+        for engine in engines:
+            procs.stop(engine)
+
+
+def paired_trials(gateway: Proc, engines: list[Proc], body: dict[str, Any], trials: int) -> dict[str, Any]:
+    """`gateway` may be a peer router: it names no engine, so the direct calls go to the engines in turn
+    (identical, idle engines; the prompt is cached on all of them after the warm-up)."""
+    by_name = {e.url.removeprefix("http://"): e.url for e in engines}
+    for i, engine in enumerate(engines):
+        by_name[f"#{i}"] = engine.url
+    direct, through, diffs = [], [], []
+    with httpx.Client(timeout=60) as client:
+        for i in range(10):  # warm both paths, and the engine's cache for this prompt
+            _, served = first_token(client, gateway.url, body)
+            served = served or f"#{i % len(engines)}"
+            first_token(client, by_name[served], body)
+        before = scrape(gateway.url)
+        for trial in range(trials):
+            if trial % 2 == 0:
+                t_gw, served = first_token(client, gateway.url, body)
+                served = served or f"#{trial % len(engines)}"
+                t_direct, _ = first_token(client, by_name[served], body)
+            else:  # direct first, to the engine the gateway chose last time
+                t_direct, _ = first_token(client, by_name[served], body)
+                t_gw, served = first_token(client, gateway.url, body)
+                served = served or f"#{trial % len(engines)}"
+            direct.append(t_direct)
+            through.append(t_gw)
+            diffs.append(t_gw - t_direct)
+        after = scrape(gateway.url)
+    name = "fleet_gateway_added_latency_seconds"
+    count = metric_sum(after, name + "_count") - metric_sum(before, name + "_count")  # 0 for a peer
+    total = metric_sum(after, name + "_sum") - metric_sum(before, name + "_sum")
+    buckets = {name + "_bucket": [(lab, v - metric_sum(before, name + "_bucket", **lab))
+                                  for lab, v in after.get(name + "_bucket", [])]}
+    return {
+        "direct_ttft_p50_ms": 1000 * percentile(direct, 50),
+        "gateway_ttft_p50_ms": 1000 * percentile(through, 50),
+        "added_p50_ms": 1000 * percentile(diffs, 50),
+        "added_p90_ms": 1000 * percentile(diffs, 90),
+        "added_p50_of_p50s_ms": 1000 * (percentile(through, 50) - percentile(direct, 50)),
+        "gateway_metric_mean_ms": 1000 * total / count if count else math.nan,
+        "gateway_metric_p50_ms_bucketed": 1000 * histogram_quantile(buckets, name, 0.5),
+        "gateway_metric_p90_ms_bucketed": 1000 * histogram_quantile(buckets, name, 0.9),
+    }
+
+
+def first_token(client: httpx.Client, base: str, body: dict[str, Any]) -> tuple[float, str]:
+    """Seconds from send to the first token chunk of a stream; and the engine that served it (gateway only)."""
+    start = time.perf_counter()
+    with client.stream("POST", base + "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        served = response.headers.get("x-fleet-served-by", " ").split(" ")[-1]  # "" for a peer router
+        elapsed = math.nan
+        for line in response.iter_lines():
+            if line.startswith("data: {") and math.isnan(elapsed):
+                elapsed = time.perf_counter() - start
+        return elapsed, served
+
+
+# --- main -------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: 20 requests over 20 s, prompts <= 256 tokens, 40 latency trials")
+    p.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
+    p.add_argument("--engines", type=int, default=4)
+    p.add_argument("--kv-cache-mib", type=int, default=256)
+    p.add_argument("--num-threads", type=int, default=1, help="torch threads per engine")
+    p.add_argument("--slice-start", type=int, default=3910, help="first trace row of the slice")
+    p.add_argument("--num-requests", type=int, default=80)
+    p.add_argument("--block-tokens", type=int, default=16, help="real tokens per 512-token trace block")
+    p.add_argument("--max-prompt-tokens", type=int, default=512)
+    p.add_argument("--max-output-tokens", type=int, default=16)
+    p.add_argument("--duration", type=float, default=90.0, help="seconds the slice's arrivals are stretched over")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--rounds", type=int, default=1, help="repeat the policies, in reversed order every other round")
+    p.add_argument("--latency-trials", type=int, default=300, help="paired trials per prompt form (0: skip)")
+    p.add_argument("--latency-model", default="tiny", choices=("smollm2", "tiny"), help="engines of the added-latency phase")
+    p.add_argument("--gateway-flag", action="append", default=[], help="extra `gateway serve` flag (repeatable)")
+    p.add_argument("--explain", action="store_true",
+                   help="diagnostic: ask the gateway's /fleet/route/explain before each request and account for "
+                        "the oracle's hits it missed (adds a request per request: not for the main figures)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.num_requests, args.duration, args.max_prompt_tokens, args.latency_trials = 20, 20.0, 256, 40
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    blocks = BlockText(reference_tokenizer_dir(), args.block_tokens)
+    workload = build_workload(args, blocks)
+    shape = workload_summary(workload)
+    log(f"workload: {json.dumps(shape)}")
+    runs: list[dict[str, Any]] = []
+    peer_failures: dict[str, str] = {}
+    gateway_flags = ["--no-admission", *args.gateway_flag]
+    started = time.time()
+    with Procs() as procs:
+        engines = start_engines(procs, args.engines, args.model, args.kv_cache_mib, 2048, args.num_threads)
+        model = httpx.get(engines[0].url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        for engine in engines:
+            engine.extra["model_name"] = model
+        warm_up(engines, model, blocks)
+        for round_no in range(args.rounds):
+            order = policies if round_no % 2 == 0 else list(reversed(policies))
+            for policy in order:
+                if policy in peer_failures:
+                    continue
+                try:
+                    summary = run_policy(policy, procs, engines, workload, model, gateway_flags, args.explain)
+                except (RuntimeError, TimeoutError) as exc:
+                    if policy not in ("sglang", "vllm"):
+                        raise
+                    peer_failures[policy] = str(exc)[:2000]
+                    log(f"{policy} could not run: {exc}")
+                    continue
+                summary["round"] = round_no
+                runs.append(summary)
+                log(f"{policy}: p50 {summary['ttft_p50_s']:.3f}s p90 {summary['ttft_p90_s']:.3f}s hit {summary['hit_rate']:.3f} "
+                    f"busiest x{summary['busiest_vs_mean']:.2f} errors {summary['errors']}")
+        for engine in engines:
+            procs.stop(engine)
+        latency = added_latency(procs, args, blocks) if "gateway" in policies and args.latency_trials > 0 else None
+    report = build_report(args, shape, runs, latency, peer_failures, time.time() - started)
+    write_json(args.out, report)
+    print_report(report)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy: the mean over rounds of each figure, and the spread (max - min) of P90 TTFT."""
+    keys = ("ttft_p50_s", "ttft_p90_s", "throughput_rps", "output_tokens_per_s", "hit_rate", "busiest_vs_mean",
+            "busiest_share", "errors", "makespan_s")
+    out: dict[str, dict[str, Any]] = {}
+    for policy in dict.fromkeys(r["policy"] for r in runs):
+        mine = [r for r in runs if r["policy"] == policy]
+        row: dict[str, Any] = {"policy": policy, "rounds": len(mine)}
+        for key in keys:
+            row[key] = sum(r[key] for r in mine) / len(mine)
+        p90s = [r["ttft_p90_s"] for r in mine]
+        row["ttft_p90_spread_s"] = max(p90s) - min(p90s)
+        out[policy] = row
+    return out
+
+
+def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dict[str, Any]], latency: dict[str, Any] | None,
+                 peer_failures: dict[str, str], wall_s: float) -> dict[str, Any]:
+    table = aggregate(runs)
+    oracle = shape["oracle_hit_rate"]
+    for row in table.values():
+        row["hit_vs_oracle"] = row["hit_rate"] / oracle if oracle else math.nan
+    peers = [table[p] for p in ("sglang", "vllm") if p in table]
+    goals: dict[str, Any] = {}
+    if "gateway" in table:
+        ours = table["gateway"]
+        if peers:
+            best = min(peers, key=lambda r: r["ttft_p90_s"])
+            ratio = ours["ttft_p90_s"] / best["ttft_p90_s"]
+            goals["p90_ttft_vs_best_peer"] = {"value": ratio, "best_peer": best["policy"], "goal": f"<= {GOALS['p90_ttft_vs_best_peer']}",
+                                              "met": ratio <= GOALS["p90_ttft_vs_best_peer"]}
+        goals["hit_rate_vs_oracle"] = {"value": ours["hit_vs_oracle"], "goal": f">= {GOALS['hit_rate_vs_oracle']}",
+                                       "met": ours["hit_vs_oracle"] >= GOALS["hit_rate_vs_oracle"]}
+        goals["busiest_vs_mean_share"] = {"value": ours["busiest_vs_mean"], "goal": f"<= {GOALS['busiest_vs_mean_share']}",
+                                          "met": ours["busiest_vs_mean"] <= GOALS["busiest_vs_mean_share"]}
+    if latency is not None:
+        value = latency["text"]["added_p50_ms"]  # clients send text: the gateway tokenises
+        goals["added_latency_p50_ms"] = {"value": value, "goal": f"<= {GOALS['added_latency_p50_ms']}",
+                                         "met": value <= GOALS["added_latency_p50_ms"]}
+    return {
+        "benchmark": "routing (issue 4)",
+        "command": "benchmarks/routing.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": _cpus(), "python": platform.python_version(), "platform": platform.platform()},
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "trace": {"file": TRACE, "slice": [args.slice_start, args.slice_start + args.num_requests]},
+        "workload": shape,
+        "peer_versions": peer_versions(),
+        "peer_failures": peer_failures,
+        "summary": list(table.values()),
+        "runs": runs,
+        "added_latency": latency,
+        "goals": goals,
+        "wall_s": wall_s,
+    }
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 0
+
+
+def print_report(report: dict[str, Any]) -> None:
+    shape = report["workload"]
+    print(f"\nslice rows {report['trace']['slice']}: {shape['requests']} requests over {shape['duration_s']:.0f}s, "
+          f"prompt mean {shape['prompt_tokens_mean']:.0f} tokens, oracle hit rate {shape['oracle_hit_rate']:.3f}")
+    print_table(report["summary"], [
+        ("policy", "policy", ""), ("rounds", "rounds", "d"), ("TTFT p50 s", "ttft_p50_s", ".3f"),
+        ("TTFT p90 s", "ttft_p90_s", ".3f"), ("p90 spread", "ttft_p90_spread_s", ".3f"), ("req/s", "throughput_rps", ".3f"),
+        ("out tok/s", "output_tokens_per_s", ".1f"), ("hit rate", "hit_rate", ".3f"), ("hit/oracle", "hit_vs_oracle", ".2f"),
+        ("busiest/mean", "busiest_vs_mean", ".2f"), ("errors", "errors", ".0f"),
+    ])
+    if report["added_latency"]:
+        lat = report["added_latency"]
+        for form in ("text", "token_ids"):
+            x = lat[form]
+            print(f"added latency ({form} prompt, {lat['trials']} pairs on {lat['engine_model']} engines): p50 of paired differences "
+                  f"{x['added_p50_ms']:.2f} ms (p90 {x['added_p90_ms']:.2f}); direct TTFT p50 {x['direct_ttft_p50_ms']:.2f} ms, "
+                  f"via gateway {x['gateway_ttft_p50_ms']:.2f} ms; gateway's own metric mean {x['gateway_metric_mean_ms']:.2f} ms")
+        for peer in ("sglang_text", "vllm_text"):
+            x = lat.get(peer) or {}
+            if "added_p50_ms" in x:
+                print(f"added latency through {peer.split('_')[0]}-router (text prompt, same method): p50 of paired differences "
+                      f"{x['added_p50_ms']:.2f} ms (p90 {x['added_p90_ms']:.2f})")
+    for run in report["runs"]:
+        if "diagnosis" in run:
+            print(f"diagnosis ({run['policy']}, round {run['round']}): {json.dumps(run['diagnosis'])}")
+    for name, failure in report["peer_failures"].items():
+        print(f"{name}: could not run: {failure.splitlines()[0]}")
+    for goal, value in report["goals"].items():
+        print(f"goal {goal}: {value['value']:.3f} (goal {value['goal']}) {'MET' if value['met'] else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main()
