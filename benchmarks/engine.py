@@ -196,10 +196,18 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() * 4 / best / 1e9
 
 
+def weight_bytes_per_step(model) -> int:
+    """Bytes of weights a decode step reads: every layer's tensors, the final norm and the LM head (the
+    embedding table, tied; only a few of its rows are read for the inputs, so it is counted once)."""
+    tensors = [model.lm_head, model.norm]
+    for layer in model.layers:
+        tensors += [t for t in vars(layer).values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def bench_decode(quick: bool) -> dict:
     engine = make_engine(max_num_seqs=64, max_num_batched_tokens=2048)
-    weight_bytes = sum(t.numel() * t.element_size() for t in engine.runner.model.state_dict().values()
-                       if t.dim() > 1)
+    weight_bytes = weight_bytes_per_step(engine.runner.model)
     bandwidth = copy_bandwidth_gbs()
     bound_steps_s = bandwidth * 1e9 / weight_bytes
     rng = random.Random(SEED)
