@@ -159,8 +159,16 @@ class AsyncEngine:
         """Raise engine.errors.* naming the field if the request can never run (cheap; any thread)."""
         self.engine.validate(prompt_token_ids, params)
 
-    async def pull_held(self, request_id: str, block_ids: list[int]) -> torch.Tensor:
-        return await self._call(lambda engine: engine.pull_held(request_id, block_ids))
+    async def pull_held(self, request_id: str, block_ids: list[int], out: torch.Tensor | None = None,
+                        release: bool = True) -> torch.Tensor:
+        return await self._call(lambda engine: engine.pull_held(request_id, block_ids, out, release))
+
+    def submit(self, fn: Callable[[LLMEngine], Any]) -> concurrent.futures.Future:
+        """Run fn(engine) on the engine thread, from any thread (the K/V side channel's): straight to the
+        engine thread, without two hops through the event loop."""
+        call = _Call(fn)
+        self._commands.put(call)
+        return call.future
 
     async def abort(self, request_id: str) -> None:
         await self._call(lambda engine: engine.abort(request_id))

@@ -53,6 +53,8 @@ def _flags() -> list[tuple[str, dict]]:
         ("kv_load_failure_policy", dict(choices=("recompute", "fail"),
                                         help="decode side: what a failed K/V transfer does")),
         ("kv_transfer_timeout_s", dict(type=float, help="P/D: pull timeout, and how long held/pushed blocks live")),
+        ("kv_side_channel_port", dict(type=int, help="P/D: TCP port for K/V pulls on --host, advertised as "
+                                                     "remote_kv_port; 0 = an ephemeral port, -1 = off (HTTP only)")),
         ("drain_grace_s", dict(type=float, help="on SIGTERM or POST /drain: how long in-flight requests may finish")),
         ("keepalive_interval_s", dict(type=float, help="SSE keep-alive comment interval while a stream waits")),
         ("num_threads", dict(type=int, help="torch intra-op threads (default: torch's)")),

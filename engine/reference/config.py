@@ -55,6 +55,7 @@ class EngineConfig:
     kv_events_topic: str = "kv-events"
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
     kv_transfer_timeout_s: float = 30.0
+    kv_side_channel_port: int = 0  # P/D raw-TCP K/V port, advertised as remote_kv_port (0 = ephemeral, -1 = off)
     drain_grace_s: float = 30.0  # on SIGTERM/drain: how long in-flight requests may finish
     keepalive_interval_s: float = 10.0  # SSE comment while a stream waits for its next token
     num_threads: int | None = None  # torch intra-op threads; None = torch's default

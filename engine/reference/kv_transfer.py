@@ -1,43 +1,47 @@
-"""P/D disaggregation: moving a prompt's K/V from a prefill engine to a decode engine over HTTP.
+"""P/D disaggregation: moving a prompt's K/V from a prefill engine to a decode engine.
 
 The handoff follows vLLM's proxy protocol. The prefill request carries `kv_transfer_params:
 {"do_remote_decode": true}` (and max_tokens 1); the prefill engine keeps the prompt's blocks after finishing
 and answers with `kv_transfer_params: {"do_remote_prefill": true, "remote_block_ids", "remote_host",
-"remote_port", "remote_request_id", "num_tokens", "prompt_hash", ...}`, which the proxy copies into the
-decode request. The decode engine needs the K/V of the first `prompt_len - 1` tokens (it recomputes the last
-prompt token to get logits) and pulls what it does not have:
+"remote_port", "remote_request_id", "num_tokens", "prompt_hash", "remote_kv_port", ...}`, which the proxy copies
+into the decode request. The decode engine needs the K/V of the first `prompt_len - 1` tokens (it recomputes
+the last prompt token to get logits) and pulls what it does not have, over the side channel when the params
+name one (`remote_kv_port`: raw TCP, engine.reference.kv_wire), else (or if it cannot connect) over HTTP:
 
-    POST /kv/pull {"request_id", "block_ids"}  ->  a frame (below); the prefill engine then frees the blocks
+    POST /kv/pull {"request_id", "block_ids"}  ->  a frame; the prefill engine then frees the blocks
     POST /kv/release {"request_id"}            ->  free without pulling (everything arrived by push)
 
-Blocks nobody pulls are freed after `kv_transfer_timeout_s` (by the engine core).
+Blocks nobody pulls are freed after `kv_transfer_timeout_s` (by the engine core). As the prefill finishes,
+the prefill engine builds the frame the decode engine will ask for (`PreparedFrame`: exported while the
+blocks stay held, then checksummed, in the background), so a pull usually only sends it; a pull for other
+blocks (some were pushed) is exported when it arrives.
 
 Push extension: if the prefill request's kv_transfer_params has `"push_to": "<decode engine base URL>"`, the
 prefill engine POSTs each block to `<push_to>/kv/push` as soon as it is computed (the core calls a
 KVPushSink on its thread; `PushSender` forwards to an asyncio task). The decode engine stages pushed blocks
 by (request_id, logical index) for `kv_transfer_timeout_s` and pulls only what is missing.
 
-Frame (both directions): `!I` header length, a UTF-8 JSON header, then the raw tensor bytes:
-    {"version": 1, "request_id", "block_indices": [logical indices], "dtype": "float32",
-     "block_shape": [layers, 2, block_size, kv_heads, head_dim], "nbytes", "sha256": hex of the payload}
-The payload is the tensor [layers, 2, n_blocks, block_size, kv_heads, head_dim] in C order (the engine's
-export layout). The receiver checks length, checksum, dtype, shape and indices; any failure (and any
-timeout or refused connection) is a transfer failure: with kv_load_failure_policy "recompute" the decode
-engine computes the prompt itself (correct, slower; counted in fleet_kv_transfer_failures_total), with
-"fail" the request fails with KVTransferError (502).
+The frame (engine.reference.kv_wire) is the same in both directions and on both transports: a small JSON
+header, the tensor [layers, 2, n_blocks, block_size, kv_heads, head_dim] in C order, a CRC-32 of it. The
+receiver checks length, checksum, dtype, shape and indices; any failure (and any timeout or refused
+connection) is a transfer failure: with kv_load_failure_policy "recompute" the decode engine computes the
+prompt itself (correct, slower; counted in fleet_kv_transfer_failures_total), with "fail" the request fails
+with KVTransferError (502).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
+import hmac
 import json
 import logging
 import math
-import struct
+import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -46,141 +50,113 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
 from engine.errors import InvalidRequest, KVTransferError
+from engine.reference.kv_wire import (
+    FRAME_MEDIA_TYPE,
+    MAX_HEADER,
+    POOL,
+    FrameBuffer,
+    FrameHeader,
+    FrameServer,
+    KVFrame,
+    KVFrameError,
+    KVPullRefused,
+    StreamedFrame,
+    decode_frame,
+    empty_kv,
+    encode_frame,
+    pull_frame,
+)
 from engine.reference.metrics import EngineMetrics
+
+__all__ = ["HeldBlocks", "KVFrame", "KVFrameError", "KVStaging", "KVTransfer", "PushSender", "decode_frame",
+           "encode_frame", "prompt_hash"]
 
 log = logging.getLogger(__name__)
 
-FRAME_VERSION = 1
-FRAME_MEDIA_TYPE = "application/x-fleet-kv"
-_LEN = struct.Struct("!I")
-_MAX_HEADER = 1 << 20
 _HELD_TTL_FRACTION = 0.9
-
-
-# --- the frame ----------------------------------------------------------------------------------------
-
-
-class KVFrameError(Exception):
-    """A frame that cannot be trusted; `reason` is the metric label."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def encode_frame(request_id: str, block_indices: list[int], kv: torch.Tensor) -> bytes:
-    """kv: [layers, 2, n, bs, h, d] with n == len(block_indices)."""
-    if kv.shape[2] != len(block_indices):
-        raise ValueError(f"{kv.shape[2]} blocks for {len(block_indices)} indices")
-    payload = kv.contiguous().view(torch.uint8).numpy().tobytes()
-    header = {
-        "version": FRAME_VERSION,
-        "request_id": request_id,
-        "block_indices": list(block_indices),
-        "dtype": dtype_name(kv.dtype),
-        "block_shape": [kv.shape[0], kv.shape[1], *kv.shape[3:]],
-        "nbytes": len(payload),
-        "sha256": hashlib.sha256(payload).hexdigest(),
-    }
-    raw = json.dumps(header).encode()
-    return _LEN.pack(len(raw)) + raw + payload
-
-
-@dataclass
-class KVFrame:
-    request_id: str
-    block_indices: list[int]
-    kv: torch.Tensor  # [layers, 2, n, bs, h, d]
-
-    @property
-    def nbytes(self) -> int:
-        return self.kv.numel() * self.kv.element_size()
-
-    def block(self, position: int) -> torch.Tensor:
-        return self.kv[:, :, position : position + 1]
-
-
-def decode_frame(data: bytes, dtype: torch.dtype, block_shape: tuple[int, ...]) -> KVFrame:
-    """Parse and verify a frame against the receiver's K/V dtype and per-block shape; KVFrameError if bad."""
-    header, payload = _split(data)
-    _check_header(header, payload, dtype, block_shape)
-    n = len(header["block_indices"])
-    layers, two, *rest = block_shape
-    kv = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(dtype).reshape(layers, two, n, *rest)
-    return KVFrame(str(header["request_id"]), [int(i) for i in header["block_indices"]], kv)
-
-
-def _split(data: bytes) -> tuple[dict, bytes]:
-    if len(data) < _LEN.size:
-        raise KVFrameError("truncated", f"frame of {len(data)} bytes has no header")
-    (length,) = _LEN.unpack_from(data)
-    if length > _MAX_HEADER or _LEN.size + length > len(data):
-        raise KVFrameError("truncated", f"header of {length} bytes does not fit a {len(data)}-byte frame")
-    try:
-        header = json.loads(data[_LEN.size : _LEN.size + length])
-    except ValueError as exc:
-        raise KVFrameError("header", f"header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise KVFrameError("header", "header is not an object")
-    return header, data[_LEN.size + length :]
-
-
-def _check_header(header: dict, payload: bytes, dtype: torch.dtype, block_shape: tuple[int, ...]) -> None:
-    required = ("version", "request_id", "block_indices", "dtype", "block_shape", "nbytes", "sha256")
-    missing = [k for k in required if k not in header]
-    if missing or header["version"] != FRAME_VERSION or not isinstance(header["block_indices"], list):
-        raise KVFrameError("header", f"bad header (missing {missing}, version {header.get('version')})")
-    if header["nbytes"] != len(payload):
-        raise KVFrameError("truncated", f"payload has {len(payload)} bytes, header says {header['nbytes']}")
-    if hashlib.sha256(payload).hexdigest() != header["sha256"]:
-        raise KVFrameError("checksum", "payload checksum mismatch")
-    if header["dtype"] != dtype_name(dtype):
-        raise KVFrameError("dtype", f"K/V dtype {header['dtype']} does not match {dtype_name(dtype)}")
-    if tuple(header["block_shape"]) != tuple(block_shape):
-        raise KVFrameError("shape", f"block shape {header['block_shape']} does not match {list(block_shape)}")
-    expected = len(header["block_indices"]) * math.prod(block_shape) * dtype.itemsize
-    if expected != len(payload):
-        raise KVFrameError("shape", f"{len(payload)} bytes for {len(header['block_indices'])} blocks")
+_MAX_PREPARED_BYTES = 512 << 20  # frames built ahead of their pull, in all (beyond: exported when pulled)
 
 
 # --- prefill side -------------------------------------------------------------------------------------
 
 
+@dataclass
+class PreparedFrame:
+    """A pull's frame built ahead of the pull, as the prefill finishes: the blocks decode will ask for, exported
+    (still held) and then checksummed in the background; `future` resolves to the FrameBuffer once its payload
+    is in (it may still be sealing: see FrameBuffer.sealed)."""
+
+    block_ids: list[int]
+    nbytes: int
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class _Held:
+    block_ids: list[int]
+    expires: float
+    prepared: PreparedFrame | None = None
+
+
 class HeldBlocks:
-    """Prefill side: which physical blocks each finished P/D request holds for a pull, until they expire."""
+    """Prefill side: which physical blocks each finished P/D request holds for a pull (and the frame prepared
+    for it, if any), until they expire. Thread-safe: the event loop and the side channel's connection threads
+    both claim pulls."""
 
     def __init__(self, ttl_s: float):
         self.ttl_s = ttl_s
-        self._held: dict[str, tuple[list[int], float]] = {}
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
 
     def add(self, request_id: str, block_ids: list[int]) -> None:
-        self._prune()
-        self._held[request_id] = (list(block_ids), time.monotonic() + self.ttl_s)
+        with self._lock:
+            self._prune()
+            self._held[request_id] = _Held(list(block_ids), time.monotonic() + self.ttl_s)
+
+    def attach(self, request_id: str, prepared: PreparedFrame) -> bool:
+        with self._lock:
+            held = self._held.get(request_id)
+            if held is not None:
+                held.prepared = prepared
+            return held is not None
 
     def logical_indices(self, request_id: str, block_ids: list[int]) -> list[int]:
         """Positions of block_ids in the request's held blocks; KeyError if the request holds none of them."""
+        with self._lock:
+            return self._logical_indices(request_id, block_ids)
+
+    def claim(self, request_id: str, block_ids: list[int]) -> tuple[list[int], PreparedFrame | None]:
+        """logical_indices and the prepared frame, and stop holding the request (it is about to be exported),
+        atomically."""
+        with self._lock:
+            indices = self._logical_indices(request_id, block_ids)
+            return indices, self._held.pop(request_id).prepared
+
+    def pop(self, request_id: str) -> bool:
+        with self._lock:
+            return self._held.pop(request_id, None) is not None
+
+    def prepared_bytes(self) -> int:
+        with self._lock:
+            self._prune()
+            return sum(h.prepared.nbytes for h in self._held.values() if h.prepared is not None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._prune()
+            return len(self._held)
+
+    def _logical_indices(self, request_id: str, block_ids: list[int]) -> list[int]:
         self._prune()
-        held, _ = self._held[request_id]
-        position = {b: i for i, b in enumerate(held)}
+        position = {b: i for i, b in enumerate(self._held[request_id].block_ids)}
         bad = [b for b in block_ids if b not in position]
         if bad:
             raise InvalidRequest(f"blocks {bad[:8]} are not held for request {request_id}", param="block_ids")
         return [position[b] for b in block_ids]
 
-    def pop(self, request_id: str) -> bool:
-        return self._held.pop(request_id, None) is not None
-
-    def __len__(self) -> int:
-        self._prune()
-        return len(self._held)
-
     def _prune(self) -> None:
         now = time.monotonic()
-        for rid in [rid for rid, (_, expires) in self._held.items() if expires <= now]:
+        for rid in [rid for rid, held in self._held.items() if held.expires <= now]:
             del self._held[rid]
 
 
@@ -245,7 +221,7 @@ class PushSender:
         indices = [i for i, _ in batch]
         try:
             kv = torch.cat([kv for _, kv in batch], dim=2)  # [layers, 2, n, bs, h, d]
-            frame = await asyncio.to_thread(encode_frame, self._request_id, indices, kv)
+            frame = await asyncio.to_thread(lambda: bytes(encode_frame(self._request_id, indices, kv)))
             response = await self._client.post(self._url, content=frame, headers=self._headers, timeout=self._timeout_s)
             response.raise_for_status()
             self.pushed += indices
@@ -332,20 +308,25 @@ class ReleaseRequest(BaseModel):
 
 class KVTransfer:
     """Both sides of P/D for one engine: hooks for prefill requests, K/V acquisition for decode requests,
-    and the /kv/* routes."""
+    the /kv/* routes, and the side channel (`start()` opens it; None for `side_channel` keeps it closed)."""
 
     def __init__(self, engine: Any, metrics: EngineMetrics, *, block_size: int, timeout_s: float,
-                 failure_policy: str, api_key: str | None = None):
+                 failure_policy: str, api_key: str | None = None, side_channel: tuple[str, int] | None = None,
+                 prewarm_bytes: int = 0):
         self.engine = engine
         self.metrics = metrics
         self.block_size = block_size
         self.timeout_s = timeout_s
         self.failure_policy = failure_policy
+        self._api_key = api_key
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         # Forget held blocks a little before the engine core frees them (its clock starts when the request
         # finishes, ours when the response is built): a pull must never export blocks already reused.
         self.held = HeldBlocks(timeout_s * _HELD_TTL_FRACTION)
         self.staging = KVStaging(timeout_s, max_blocks=max(1, engine.num_blocks))
+        self._side_channel_address = side_channel
+        self._prewarm_bytes = prewarm_bytes
+        self.side_channel: FrameServer | None = None
         self._client: httpx.AsyncClient | None = None
         self._background: set[asyncio.Task] = set()
 
@@ -355,9 +336,21 @@ class KVTransfer:
             self._client = httpx.AsyncClient(timeout=self.timeout_s)
         return self._client
 
+    async def start(self) -> None:
+        """Fault in a frame buffer (`prewarm_bytes`: a P/D engine's largest frame) and listen on the side
+        channel, if configured (its connection threads call the engine thread directly)."""
+        await asyncio.to_thread(POOL.prewarm, self._prewarm_bytes)
+        if self._side_channel_address is not None and self.side_channel is None:
+            host, port = self._side_channel_address
+            self.side_channel = FrameServer(host, port, self._export_for_side_channel, self.timeout_s).start()
+            log.info("K/V side channel listening on %s:%d", host, self.side_channel.port)
+
     async def aclose(self) -> None:
         for task in list(self._background):
             task.cancel()
+        if self.side_channel is not None:
+            await asyncio.to_thread(self.side_channel.close)
+            self.side_channel = None
         if self._client is not None:
             await self._client.aclose()
 
@@ -371,20 +364,91 @@ class KVTransfer:
             raise InvalidRequest("push_to must be an http(s) base URL", param="kv_transfer_params.push_to")
         return PushSender(asyncio.get_running_loop(), self.client, push_to, request_id, self._auth, self.timeout_s)
 
-    def finished_prefill(self, params: dict, prompt_ids: list[int]) -> dict:
-        """The final output's kv_transfer_params, registered for a pull and tied to the prompt."""
-        self.held.add(params["remote_request_id"], params["remote_block_ids"])
-        return {**params, "prompt_hash": prompt_hash(prompt_ids)}
+    def finished_prefill(self, params: dict, prompt_ids: list[int], prepare: bool = True) -> dict:
+        """The final output's kv_transfer_params, registered for a pull, tied to the prompt, and naming the
+        side channel when there is one. With `prepare` (no push) the frame decode will pull is built at once,
+        in the background, while the blocks stay held: by the time the pull arrives it is usually ready, and
+        the pull only sends it."""
+        request_id, block_ids = params["remote_request_id"], params["remote_block_ids"]
+        self.held.add(request_id, block_ids)
+        if prepare:
+            self._prepare(request_id, block_ids[: math.ceil((len(prompt_ids) - 1) / self.block_size)])
+        extra = {"remote_kv_port": self.side_channel.port} if self.side_channel is not None else {}
+        return {**params, "prompt_hash": prompt_hash(prompt_ids), **extra}
 
-    async def serve_pull(self, body: PullRequest) -> bytes:
+    def _prepare(self, request_id: str, block_ids: list[int]) -> None:
+        header = self._header(request_id, list(range(len(block_ids))))  # the first blocks: logical 0..n-1
+        if not block_ids or self.held.prepared_bytes() + header.nbytes > _MAX_PREPARED_BYTES:
+            return
+        prepared = PreparedFrame(block_ids, header.nbytes)
+        if self.held.attach(request_id, prepared):
+            self._in_background(self._build(header, prepared))
+
+    async def _build(self, header: FrameHeader, prepared: PreparedFrame) -> None:
+        if not prepared.future.set_running_or_notify_cancel():
+            return
         try:
-            indices = self.held.logical_indices(body.request_id, body.block_ids)
+            frame = FrameBuffer(header, self.engine.kv_dtype)
+            await self.engine.pull_held(header.request_id, prepared.block_ids, out=frame.payload, release=False)
+        except BaseException as exc:  # not held any more (pulled or released first), or shutting down
+            prepared.future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        prepared.future.set_result(frame)  # a pull may start sending the payload now
+        await asyncio.to_thread(frame.seal)
+
+    async def serve_pull(self, body: PullRequest) -> memoryview:
+        """The HTTP pull: the prepared frame, or the blocks exported now straight into a frame buffer."""
+        header, prepared = self._claim(body.request_id, body.block_ids)
+        if prepared is not None:
+            try:
+                frame = await asyncio.wait_for(asyncio.wrap_future(prepared.future), self.timeout_s)
+            except Exception as exc:
+                log.info("prepared K/V frame of %s failed (%r); exporting now", body.request_id, exc)
+            else:
+                await self.engine.release_held(body.request_id)
+                return await asyncio.wait_for(asyncio.wrap_future(frame.sealed), self.timeout_s)
+        frame = FrameBuffer(header, self.engine.kv_dtype)
+        await self.engine.pull_held(body.request_id, body.block_ids, out=frame.payload)  # exports and releases
+        return await asyncio.to_thread(frame.seal)
+
+    def _export_for_side_channel(self, request: dict) -> FrameBuffer | StreamedFrame:
+        """A side-channel connection thread's pull: the prepared frame, or the blocks exported now by the
+        engine thread (called directly) and checksummed as they are sent."""
+        if self._api_key and not hmac.compare_digest(str(request.get("api_key", "")), self._api_key):
+            raise KVPullRefused("unauthorized: wrong or missing api_key")
+        request_id, block_ids = request.get("request_id"), request.get("block_ids")
+        if not isinstance(request_id, str) or not isinstance(block_ids, list) or \
+                not all(isinstance(b, int) for b in block_ids):
+            raise KVPullRefused("a pull needs request_id (string) and block_ids (integers)")
+        header, prepared = self._claim(request_id, block_ids)
+        if prepared is not None:
+            try:
+                frame = prepared.future.result(self.timeout_s)
+            except Exception as exc:
+                log.info("prepared K/V frame of %s failed (%r); exporting now", request_id, exc)
+            else:
+                self.engine.submit(lambda engine: engine.release_held(request_id))
+                return frame
+        kv = empty_kv(self.engine.kv_dtype, header.tensor_shape)
+        self.engine.submit(lambda engine: engine.pull_held(request_id, block_ids, kv)).result(self.timeout_s)
+        return StreamedFrame(header, kv)
+
+    def _claim(self, request_id: str, block_ids: list[int]) -> tuple[FrameHeader, PreparedFrame | None]:
+        """Stop tracking a held request about to be exported (InvalidRequest if it holds none of block_ids);
+        the frame header for those blocks, and the prepared frame if it is exactly those blocks."""
+        try:
+            indices, prepared = self.held.claim(request_id, block_ids)
         except KeyError:
-            message = f"no K/V held for request {body.request_id} (expired or pulled)"
+            message = f"no K/V held for request {request_id} (expired or pulled)"
             raise InvalidRequest(message, param="request_id") from None
-        self.held.pop(body.request_id)
-        kv = await self.engine.pull_held(body.request_id, body.block_ids)  # exports and releases atomically
-        return await asyncio.to_thread(encode_frame, body.request_id, indices, kv)
+        if prepared is not None and prepared.block_ids != list(block_ids):
+            prepared = None  # decode asks for other blocks (some were pushed): export those now
+        return self._header(request_id, indices), prepared
+
+    def _header(self, request_id: str, indices: list[int]) -> FrameHeader:
+        return FrameHeader.for_blocks(request_id, indices, self.engine.kv_dtype, self.engine.kv_block_shape)
 
     async def release(self, request_id: str) -> bool:
         self.held.pop(request_id)
@@ -392,7 +456,7 @@ class KVTransfer:
 
     # decode side
 
-    async def _decode(self, data: bytes) -> KVFrame:
+    async def _decode(self, data: bytes | memoryview) -> KVFrame:
         """Parse and verify a frame against this engine's K/V dtype and block shape (off the event loop)."""
         return await asyncio.to_thread(decode_frame, data, self.engine.kv_dtype, self.engine.kv_block_shape)
 
@@ -434,31 +498,57 @@ class KVTransfer:
             raise _TransferFailed("params", f"{len(remote_ids)} remote blocks for {needed} tokens")
         blocks = self.staging.take(request_id, range(n))
         missing = [i for i in range(n) if i not in blocks]
-        if missing:
-            blocks.update(await self._pull(params, request_id, missing, [remote_ids[i] for i in missing]))
-        else:
+        if not missing:
             self._release_remote(params)
-        kv = torch.cat([blocks[i] for i in range(n)], dim=2)
+            kv = torch.cat([blocks[i] for i in range(n)], dim=2)
+        else:
+            pulled = await self._pull(params, request_id, missing, [remote_ids[i] for i in missing])
+            if len(missing) == n:
+                kv = pulled.kv  # the whole prompt in one frame, in order: used as received, no copy
+            else:
+                blocks.update((index, pulled.block(position)) for position, index in enumerate(missing))
+                kv = torch.cat([blocks[i] for i in range(n)], dim=2)
         mode = "pull" if len(missing) == n else ("push+pull" if missing else "push")
         return kv, mode, kv.numel() * kv.element_size()
 
-    async def _pull(self, params: dict, request_id: str, indices: list[int],
-                    block_ids: list[int]) -> dict[int, torch.Tensor]:
+    async def _pull(self, params: dict, request_id: str, indices: list[int], block_ids: list[int]) -> KVFrame:
+        """The blocks over the side channel if the prefill engine named one and it accepts a connection,
+        else over HTTP. Either way the frame must be exactly the blocks asked for."""
+        expect = FrameHeader.for_blocks(request_id, indices, self.engine.kv_dtype, self.engine.kv_block_shape)
+        host, port = params.get("remote_host"), params.get("remote_kv_port")
+        if host and isinstance(port, int) and not isinstance(port, bool):
+            request = {"request_id": request_id, "block_ids": block_ids}
+            if self._api_key:
+                request["api_key"] = self._api_key
+            try:
+                return await asyncio.to_thread(pull_frame, str(host), port, request, expect, self.engine.kv_dtype,
+                                               self.timeout_s)
+            except KVFrameError as exc:
+                raise _TransferFailed(exc.reason, f"pull from {host}:{port}: {exc}") from None
+            except OSError as exc:  # no connection, so nothing was exported: the blocks are still held
+                log.info("K/V side channel %s:%s unreachable (%r); pulling over HTTP", host, port, exc)
+        return await self._pull_http(params, block_ids, expect)
+
+    async def _pull_http(self, params: dict, block_ids: list[int], expect: FrameHeader) -> KVFrame:
         url = f"{_remote_base(params)}/kv/pull"
-        body = {"request_id": request_id, "block_ids": block_ids}
+        body = {"request_id": expect.request_id, "block_ids": block_ids}
         try:
-            response = await self.client.post(url, json=body, headers=self._auth)
+            async with self.client.stream("POST", url, json=body, headers=self._auth) as response:
+                if response.status_code != 200:
+                    raise _TransferFailed("status", f"pull from {url}: HTTP {response.status_code}")
+                data = await _read_frame_body(response, expect.nbytes + MAX_HEADER + 64)
         except httpx.HTTPError as exc:
             raise _TransferFailed(_http_failure_reason(exc), f"pull from {url}: {exc!r}") from None
-        if response.status_code != 200:
-            raise _TransferFailed("status", f"pull from {url}: HTTP {response.status_code}")
-        try:
-            frame = await self._decode(response.content)
         except KVFrameError as exc:
             raise _TransferFailed(exc.reason, f"pull from {url}: {exc}") from None
-        if frame.request_id != request_id or frame.block_indices != indices:
-            raise _TransferFailed("indices", f"pull from {url} returned blocks {frame.block_indices}, wanted {indices}")
-        return {index: frame.block(position) for position, index in enumerate(indices)}
+        try:
+            frame = await self._decode(data)
+        except KVFrameError as exc:
+            raise _TransferFailed(exc.reason, f"pull from {url}: {exc}") from None
+        if frame.request_id != expect.request_id or frame.block_indices != expect.block_indices:
+            raise _TransferFailed("indices", f"pull from {url} returned blocks {frame.block_indices}, "
+                                             f"wanted {expect.block_indices}")
+        return frame
 
     def _release_remote(self, params: dict) -> None:
         """Tell the prefill engine to free the blocks (fire and forget: they expire anyway)."""
@@ -466,7 +556,10 @@ class KVTransfer:
             url, request_id = f"{_remote_base(params)}/kv/release", str(params["remote_request_id"])
         except (KeyError, _TransferFailed):
             return
-        task = asyncio.get_running_loop().create_task(self._post_quietly(url, {"request_id": request_id}))
+        self._in_background(self._post_quietly(url, {"request_id": request_id}))
+
+    def _in_background(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -494,6 +587,24 @@ class KVTransfer:
             return {"released": await self.release(body.request_id)}
 
         return router
+
+
+async def _read_frame_body(response: httpx.Response, limit: int) -> memoryview | bytes:
+    """The body of a /kv/pull response: into one preallocated buffer when the length is announced (so the
+    frame's tensor can view it), refusing bodies larger than the frame asked for could be."""
+    length = response.headers.get("content-length")
+    if length is None or not length.isdigit() or response.headers.get("content-encoding", "identity") != "identity":
+        return await response.aread()
+    if int(length) > limit:
+        raise KVFrameError("shape", f"a {length}-byte frame for at most {limit} bytes of blocks")
+    buffer = memoryview(POOL.take(int(length)))
+    got = 0
+    async for chunk in response.aiter_raw():
+        if got + len(chunk) > len(buffer):
+            raise KVFrameError("truncated", f"body longer than its content-length {length}")
+        buffer[got : got + len(chunk)] = chunk
+        got += len(chunk)
+    return buffer[:got]
 
 
 def _check_params(params: dict, prompt_ids: list[int]) -> tuple[str, list[int]]:

@@ -167,6 +167,8 @@ class Serving:
         self.kv = KVTransfer(
             engine, self.metrics, block_size=engine.block_size, timeout_s=config.kv_transfer_timeout_s,
             failure_policy=config.kv_load_failure_policy, api_key=config.api_key,
+            side_channel=(config.host, config.kv_side_channel_port) if config.kv_side_channel_port >= 0 else None,
+            prewarm_bytes=_largest_frame(engine, config) if config.role != "mixed" else 0,
         )
         self.publisher = _make_publisher(config)
         self.lifecycle = Lifecycle(config.drain_grace_s, on_exit)
@@ -196,6 +198,11 @@ class Serving:
         return list(prompt)
 
 
+def _largest_frame(engine: Any, config: EngineConfig) -> int:
+    """A P/D engine keeps a frame buffer this large ready, so its first transfer pays no page faults."""
+    return config.max_model_len * engine.bytes_per_block // engine.block_size
+
+
 def _make_publisher(config: EngineConfig) -> KVEventPublisher | None:
     if not config.kv_events_endpoint:
         return None
@@ -210,6 +217,7 @@ def build_app(engine: Any, config: EngineConfig, on_exit: Callable[[], None] | N
     async def lifespan(app: FastAPI):
         if serving.publisher is not None:
             serving.publisher.start()
+        await serving.kv.start()
         try:
             yield
         finally:
@@ -453,7 +461,8 @@ class Generation:
         if self.pusher is not None:
             await self.pusher.finish(self.serving.config.kv_transfer_timeout_s)
         if output.kv_transfer_params:
-            self.kv_transfer_params = self.serving.kv.finished_prefill(output.kv_transfer_params, self.prompt_ids)
+            self.kv_transfer_params = self.serving.kv.finished_prefill(
+                output.kv_transfer_params, self.prompt_ids, prepare=self.pusher is None)
 
     # non-streaming
 

@@ -1,12 +1,17 @@
 """P/D disaggregation between real engine processes on loopback (tiny model, same seed everywhere).
 
-Greedy output through prefill -> decode (pull path and push path) must be token-for-token the output of one
-mixed engine. A damaged transfer (corrupt, truncated, garbage, refused, another prompt's K/V) makes the
-decode engine recompute and still answer correctly; with kv_load_failure_policy "fail" it is a clear 502."""
+Greedy output through prefill -> decode (pull over the side channel, pull over HTTP, push) must be
+token-for-token the output of one mixed engine. A damaged transfer (corrupt, truncated, garbage, refused,
+another prompt's K/V) on either transport makes the decode engine recompute and still answer correctly; with
+kv_load_failure_policy "fail" it is a clear 502. An unreachable side channel falls back to HTTP."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import math
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -92,18 +97,26 @@ def test_prefill_response_carries_vllm_kv_transfer_params(prefiller: EngineProce
     assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
     assert len(params["remote_block_ids"]) == 3 and params["num_tokens"] == 40
     assert params["remote_host"] == "127.0.0.1" and params["remote_port"] == prefiller.port
+    assert isinstance(params["remote_kv_port"], int) and params["remote_kv_port"] not in (0, prefiller.port)
     assert params["remote_engine_id"] and params["remote_request_id"]
     httpx.post(f"{prefiller.url}/kv/release", json={"request_id": params["remote_request_id"]})
     prefiller.wait_idle()
 
 
+def over_http(params: dict) -> dict:
+    """The params without the side channel: the decode engine pulls over HTTP (as a vLLM-protocol peer would)."""
+    return {k: v for k, v in params.items() if k != "remote_kv_port"}
+
+
+@pytest.mark.parametrize("transport", ["side_channel", "http"])
 @pytest.mark.parametrize("length", PROMPT_LENGTHS)
 def test_pull_path_matches_a_mixed_engine(mixed: EngineProcess, prefiller: EngineProcess, decoder: EngineProcess,
-                                          length: int) -> None:
-    request = greedy(prompt_of(length))
+                                          length: int, transport: str) -> None:
+    request = greedy(prompt_of(length, offset=20 if transport == "http" else 0))
     expected = token_ids(mixed.post("/v1/completions", request))
     before = transfer_counts(decoder)
     params = prefill(prefiller, request)
+    params = over_http(params) if transport == "http" else params
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": params})) == expected
     after = transfer_counts(decoder)
     assert after["failures"] == before["failures"]
@@ -128,6 +141,24 @@ def test_push_path_matches_a_mixed_engine(mixed: EngineProcess, prefiller: Engin
     prefiller.wait_idle()  # the decode engine released the held blocks it did not need to pull
 
 
+def test_concurrent_handoffs_match_a_mixed_engine(mixed: EngineProcess, prefiller: EngineProcess,
+                                                  decoder: EngineProcess) -> None:
+    """Several prefills, then their pulls at once, over both transports: every answer is the mixed engine's."""
+    requests = [greedy(prompt_of(17 + 13 * i, offset=30 + i)) for i in range(6)]
+    expected = [token_ids(mixed.post("/v1/completions", r)) for r in requests]
+    before = transfer_counts(decoder)
+    params = [prefill(prefiller, r) for r in requests]
+    params = [over_http(p) if i % 3 == 2 else p for i, p in enumerate(params)]
+    with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda rp: decoder.post("/v1/completions", {**rp[0], "kv_transfer_params": rp[1]}),
+                                zip(requests, params)))
+    assert [token_ids(a) for a in answers] == expected
+    after = transfer_counts(decoder)
+    assert after["pull"] - before["pull"] == len(requests) and after["failures"] == before["failures"]
+    prefiller.wait_idle()
+    decoder.wait_idle()
+
+
 def test_chat_through_pd_matches_a_mixed_engine(mixed: EngineProcess, prefiller: EngineProcess,
                                                 decoder: EngineProcess) -> None:
     request = {"messages": [{"role": "user", "content": "Name three rivers in Europe, please."}], "max_tokens": 10,
@@ -148,14 +179,57 @@ def test_streaming_decode_matches(mixed: EngineProcess, prefiller: EngineProcess
     assert "".join(httpx.Response(200, content=c).json()["choices"][0]["text"] for c in chunks) == expected
 
 
+@pytest.mark.parametrize("transport", ["side_channel", "http"])
 def test_push_to_an_unreachable_decoder_falls_back_to_pull(mixed: EngineProcess, prefiller: EngineProcess,
-                                                           decoder: EngineProcess, free_port) -> None:
-    request = greedy(prompt_of(40, offset=3))
+                                                           decoder: EngineProcess, free_port, transport: str) -> None:
+    """No frame is prepared for a pushing request: the pull exports its blocks when it arrives."""
+    request = greedy(prompt_of(40, offset=3 if transport == "http" else 4))
     expected = token_ids(mixed.post("/v1/completions", request))
     before = transfer_counts(decoder)
     params = prefill(prefiller, request, push_to=f"http://127.0.0.1:{free_port()}")
+    params = over_http(params) if transport == "http" else params
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": params})) == expected
-    assert transfer_counts(decoder)["pull"] - before["pull"] == 1
+    after = transfer_counts(decoder)
+    assert after["pull"] - before["pull"] == 1 and after["failures"] == before["failures"]
+    prefiller.wait_idle()
+
+
+def test_unreachable_side_channel_falls_back_to_http(mixed: EngineProcess, prefiller: EngineProcess,
+                                                     decoder: EngineProcess, free_port) -> None:
+    request = greedy(prompt_of(40, offset=5))
+    expected = token_ids(mixed.post("/v1/completions", request))
+    before = transfer_counts(decoder)
+    params = {**prefill(prefiller, request), "remote_kv_port": free_port()}
+    assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": params})) == expected
+    after = transfer_counts(decoder)
+    assert after["pull"] - before["pull"] == 1 and after["failures"] == before["failures"]
+    prefiller.wait_idle()
+
+
+def test_side_channel_with_api_keys(launch_engine) -> None:
+    """A P/D pair sharing a key pulls over the side channel; a side-channel pull without the key is refused
+    (and does not consume the held blocks)."""
+    key = "pd-key"
+    prefill_engine = launch_engine("--role", "prefill", api_key=key)
+    decode_engine = launch_engine("--role", "decode", api_key=key)
+    request = greedy(prompt_of(40, offset=6))
+    expected = token_ids(prefill_engine.post("/v1/completions", request))
+    params = prefill(prefill_engine, request)
+    body = {"version": 2, "request_id": params["remote_request_id"], "block_ids": params["remote_block_ids"][:2]}
+    assert b"unauthorized" in side_channel_exchange(params["remote_kv_port"], body)
+    before = transfer_counts(decode_engine)
+    assert token_ids(decode_engine.post("/v1/completions", {**request, "kv_transfer_params": params})) == expected
+    after = transfer_counts(decode_engine)
+    assert after["pull"] - before["pull"] == 1 and after["failures"] == before["failures"]
+    prefill_engine.wait_idle()
+
+
+def side_channel_exchange(port: int, request: dict) -> bytes:
+    """Send one raw side-channel request; everything the prefill engine answers, until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        raw = json.dumps(request).encode()
+        sock.sendall(struct.pack("!I", len(raw)) + raw)
+        return b"".join(iter(lambda: sock.recv(1 << 16), b""))
 
 
 def test_unpulled_blocks_are_released_after_the_timeout(launch_engine) -> None:
@@ -211,6 +285,45 @@ def fake_prefill() -> Iterator[FakePrefill]:
     fake.close()
 
 
+class FakeSideChannel:
+    """A prefill engine's side channel that answers every pull with whatever a test sets, then closes."""
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                (length,) = struct.unpack("!I", conn.recv(4, socket.MSG_WAITALL))
+                conn.recv(length, socket.MSG_WAITALL)
+                conn.sendall(self.body)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def fake_side_channel() -> Iterator[FakeSideChannel]:
+    fake = FakeSideChannel()
+    yield fake
+    fake.close()
+
+
+def redirect(params: dict, transport: str, fake_prefill: FakePrefill, fake_side_channel: FakeSideChannel) -> dict:
+    """Params that send the decode engine's pull to the fake instead of the real prefill engine."""
+    if transport == "http":
+        return {**over_http(params), "remote_port": fake_prefill.port}
+    return {**params, "remote_kv_port": fake_side_channel.port}
+
+
 def genuine_frame(prefiller: EngineProcess, request: dict) -> tuple[dict, bytes]:
     """A real prefill's params and the real frame for the blocks decode needs (pulled by the test itself)."""
     params = prefill(prefiller, request)
@@ -233,30 +346,36 @@ DAMAGE = {
 }
 
 
+@pytest.mark.parametrize("transport", ["side_channel", "http"])
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_damaged_pull_recomputes_the_right_answer(mixed: EngineProcess, prefiller: EngineProcess,
                                                   decoder: EngineProcess, fake_prefill: FakePrefill,
-                                                  damage: str) -> None:
+                                                  fake_side_channel: FakeSideChannel, damage: str,
+                                                  transport: str) -> None:
     damage_fn, reason = DAMAGE[damage]
     request = greedy(prompt_of(40, offset=10))
     expected = token_ids(mixed.post("/v1/completions", request))
     params, frame = genuine_frame(prefiller, request)
     fake_prefill.body, fake_prefill.status = damage_fn(frame), 200
+    fake_side_channel.body = damage_fn(frame)
     before = _value(decoder.metrics(), "fleet_kv_transfer_failures_total", reason=reason)
-    redirected = {**params, "remote_port": fake_prefill.port}
+    redirected = redirect(params, transport, fake_prefill, fake_side_channel)
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": redirected})) == expected
     assert _value(decoder.metrics(), "fleet_kv_transfer_failures_total", reason=reason) == before + 1
 
 
+@pytest.mark.parametrize("transport", ["side_channel", "http"])
 def test_the_undamaged_frame_through_the_fake_is_accepted(mixed: EngineProcess, prefiller: EngineProcess,
-                                                          decoder: EngineProcess, fake_prefill: FakePrefill) -> None:
+                                                          decoder: EngineProcess, fake_prefill: FakePrefill,
+                                                          fake_side_channel: FakeSideChannel, transport: str) -> None:
     """Control for the damage tests: the same path with the frame intact is a successful pull."""
     request = greedy(prompt_of(40, offset=11))
     expected = token_ids(mixed.post("/v1/completions", request))
     params, frame = genuine_frame(prefiller, request)
     fake_prefill.body, fake_prefill.status = frame, 200
+    fake_side_channel.body = frame
     before = transfer_counts(decoder)
-    redirected = {**params, "remote_port": fake_prefill.port}
+    redirected = redirect(params, transport, fake_prefill, fake_side_channel)
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": redirected})) == expected
     after = transfer_counts(decoder)
     assert after["pull"] == before["pull"] + 1 and after["failures"] == before["failures"]
@@ -268,10 +387,10 @@ def test_refused_connection_and_error_status_recompute(mixed: EngineProcess, pre
     request = greedy(prompt_of(24, offset=12))
     expected = token_ids(mixed.post("/v1/completions", request))
     params = prefill(prefiller, request)
-    refused = {**params, "remote_port": free_port()}
+    refused = {**params, "remote_port": free_port(), "remote_kv_port": free_port()}  # side channel, then HTTP
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": refused})) == expected
     fake_prefill.body, fake_prefill.status = b"", 500
-    erroring = {**params, "remote_port": fake_prefill.port}
+    erroring = {**over_http(params), "remote_port": fake_prefill.port}
     assert token_ids(decoder.post("/v1/completions", {**request, "kv_transfer_params": erroring})) == expected
     samples = decoder.metrics()
     assert _value(samples, "fleet_kv_transfer_failures_total", reason="connect") >= 1
@@ -297,7 +416,7 @@ def test_fail_policy_is_a_clear_502_and_the_engine_keeps_serving(prefiller: Engi
     request = greedy(prompt_of(40, offset=15))
     params, frame = genuine_frame(prefiller, request)
     fake_prefill.body, fake_prefill.status = flip_last_byte(frame), 200
-    redirected = {**params, "remote_port": fake_prefill.port}
+    redirected = {**over_http(params), "remote_port": fake_prefill.port}
     response = strict_decoder.post("/v1/completions", {**request, "kv_transfer_params": redirected})
     assert response.status_code == 502
     error = response.json()["error"]
