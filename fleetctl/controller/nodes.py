@@ -2,6 +2,8 @@
 
 The heartbeat is O(1) in fleet size: it reads and writes only the node's own rows (the node, its observed
 engines, its assignments and their class specs). It never reconciles; the reconciler's loop does that.
+It is the one high-rate call (every node, every interval), so it is written as a few Core statements
+rather than ORM objects: one UPDATE ... RETURNING for the node, replace its engines, read its assignment.
 Drains set `drain` on assignments directly and advance the node's generation, so the agent sees a drain on
 its next heartbeat even when no reconcile leader is running.
 """
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from fleetctl.controller.contract import HeartbeatRequest, RegisterRequest
@@ -42,32 +44,51 @@ class HeartbeatResult:
     came_back: bool  # the node was down: placement may change, so reconcile soon
 
 
+_NODES, _ENGINES = Node.__table__, Engine.__table__
+
+
 def heartbeat(session: Session, req: HeartbeatRequest, now: datetime) -> HeartbeatResult:
-    node = session.get(Node, req.node)
-    if node is None:
-        raise NotFound(f"node {req.node!r} is not registered; register first", code="node_not_registered", field="node")
-    came_back = node.state != UP
-    node.state, node.last_heartbeat_at = UP, now
-    node.applied_generation, node.cut_off_s = req.generation, req.cut_off_s
+    # The node's row is updated first: its generation is read under the row's write lock (the reconciler and
+    # drains advance it with an UPDATE of the same row before they commit new assignment rows), so the
+    # assignment read below in this transaction is the one that generation names.
+    values = {"state": UP, "last_heartbeat_at": now, "applied_generation": req.generation, "cut_off_s": req.cut_off_s}
+    generation = _update_node(session, req.node, values, only_if_up=True)
+    came_back = generation is None  # down (or unknown): placement may change, so the caller wakes the reconciler
+    if came_back:
+        generation = _update_node(session, req.node, values, only_if_up=False)
+        if generation is None:
+            raise NotFound(f"node {req.node!r} is not registered; register first", code="node_not_registered", field="node")
     _replace_observed(session, req, now)
-    return HeartbeatResult(node.generation, assignment_of(session, node.name), came_back)
+    return HeartbeatResult(generation, assignment_of(session, req.node), came_back)
+
+
+def _update_node(session: Session, node: str, values: dict[str, Any], only_if_up: bool) -> int | None:
+    where = [_NODES.c.name == node] + ([_NODES.c.state == UP] if only_if_up else [])
+    statement = update(_NODES).where(*where).values(values).returning(_NODES.c.generation)
+    return session.execute(statement).scalar_one_or_none()
 
 
 def _replace_observed(session: Session, req: HeartbeatRequest, now: datetime) -> None:
-    session.execute(delete(Engine).where(Engine.node == req.node))
-    session.add_all(
-        Engine(node=req.node, updated_at=now, **engine.model_dump(exclude={"metrics"}), metrics=engine.metrics.model_dump())
-        for engine in req.engines
-    )
+    session.execute(delete(_ENGINES).where(_ENGINES.c.node == req.node))
+    if req.engines:
+        session.execute(insert(_ENGINES), [
+            {**engine.model_dump(exclude={"metrics"}), "metrics": engine.metrics.model_dump(), "node": req.node,
+             "updated_at": now}
+            for engine in req.engines
+        ])
+
+
+_ASSIGNMENT_ROWS = (
+    select(Assignment.name, Assignment.deployment, Assignment.model, Assignment.class_ref, Assignment.role,
+           Assignment.drain, ClassRevision.spec)
+    .join(ClassRevision, ClassRevision.ref == Assignment.class_ref)
+)
 
 
 def assignment_of(session: Session, node: str) -> list[dict[str, Any]]:
     """The node's desired engines in the contract's EngineAssignment form (spec included)."""
-    rows = session.execute(
-        select(Assignment, ClassRevision.spec).join(ClassRevision, ClassRevision.ref == Assignment.class_ref)
-        .where(Assignment.node == node).order_by(Assignment.name)
-    ).all()
-    return [to_assignment(row).to_contract(spec) for row, spec in rows]
+    rows = session.execute(_ASSIGNMENT_ROWS.where(Assignment.node == node).order_by(Assignment.name)).all()
+    return [to_assignment(row).to_contract(row.spec) for row in rows]
 
 
 def to_assignment(row: Assignment) -> EngineAssignment:

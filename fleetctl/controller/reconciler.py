@@ -49,6 +49,11 @@ class Snapshot:
 
 def reconcile_once(session: Session, now: datetime, down_after_s: float) -> ReconcileResult:
     result = ReconcileResult(marked_down=mark_down(session, now, down_after_s))
+    if result.marked_down:
+        # Commit the marks before reading the whole fleet: on SQLite the open write transaction holds the
+        # database's only write lock, and on PostgreSQL the marked nodes' row locks, which would stall those
+        # nodes' heartbeats (on SQLite every heartbeat) for the whole snapshot and plan.
+        session.commit()
     snapshot = load_snapshot(session)
     plan = plan_assignments(snapshot.deployments, snapshot.classes, snapshot.nodes)
     current = {node.name: node.assignments for node in snapshot.nodes}
