@@ -1,7 +1,7 @@
 """Controller scale benchmark (issue 3): N simulated agents heartbeating against a real controller process.
 
     .venv/bin/python benchmarks/controller_scale.py [--db sqlite,postgres] [--nodes 100,1000] [--window 20]
-        [--warmup 10] [--repeat 1] [--quick] [--paced-rate R] [--compare-tree DIR] [--out FILE]
+        [--warmup 10] [--repeat 1] [--quick] [--paced-rate R] [--compare-tree DIR] [--in-process] [--out FILE]
 
 For each database and fleet size N, a fresh controller (`python -m fleetctl.cli.main controller serve`, its own
 state dir; on PostgreSQL its own schema, dropped afterwards) is started as a separate process, told the agents'
@@ -27,7 +27,9 @@ told that interval), so the CPU of a beat is compared across fleet sizes at one 
 serve 1,000 beats/s this separates "a beat costs more in a bigger fleet" from "an overloaded controller wastes
 work". --compare-tree DIR: also run each configuration with the controller imported from DIR (an older
 commit: `git archive <commit> fleetctl migrations | tar -x -C DIR`), interleaved; those runs are labelled
-with DIR and marked `*` in the table.
+with DIR and marked `*` in the table. --in-process: instead, the CPU of the heartbeat's store work
+(`nodes.heartbeat` in its transaction) and of one reconcile pass at each fleet size, in this process (no
+HTTP), to benchmarks/results/controller_scale_inprocess.json.
 
 The controller's CPU includes its reconcile loop (every 2 s, leader only), which reads the whole fleet: it
 is part of what the controller spends per heartbeat. Results go to stdout and
