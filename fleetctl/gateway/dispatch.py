@@ -116,7 +116,7 @@ class Dispatcher:
             route, live = prepared.routes[candidate.engine_id], self.service.engines.get(candidate.engine_id)
             if live is None or route.url is None:
                 continue
-            ticket = live.start(InFlight(len(prepared.prompt_ids), max_tokens, role))
+            ticket = live.start(self._ticket(prepared, candidate, role, max_tokens))
             self._record_route(prepared, candidate, route_reason(candidate, attempt, ranked))
             ctx.forwarding()
             try:
@@ -139,6 +139,13 @@ class Dispatcher:
             live.record_success()
             return Sent(route, live, ticket, candidate, result)
         raise all_failed(role, failures)
+
+    @staticmethod
+    def _ticket(prepared: Prepared, candidate: RankedEngine, role: str, max_tokens: int) -> InFlight:
+        block_size = prepared.candidates[candidate.engine_id].view.block_size if candidate.engine_id in prepared.candidates else 0
+        cached_tokens = min(candidate.cached_blocks * block_size, len(prepared.prompt_ids))
+        return InFlight(len(prepared.prompt_ids), max_tokens, role, cached_tokens=cached_tokens,
+                        block_hashes=tuple(prepared.block_hashes))
 
     def _record_route(self, prepared: Prepared, candidate: RankedEngine, reason: str) -> None:
         self.service.shares.record(candidate.engine_id)

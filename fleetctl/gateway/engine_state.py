@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetctl.gateway.engine_metrics import EngineSample, SampleRates, derive_rates
@@ -32,11 +32,20 @@ _ticket_ids = itertools.count()
 
 @dataclass
 class InFlight:
-    """One request the gateway has sent to this engine and not yet seen finish."""
+    """One request the gateway has sent to this engine and not yet seen finish.
+
+    `cached_tokens` is how much of the prompt the router expected the engine to find in its prefix cache
+    when it chose it: only the rest is prefill work queued on the engine. Counting the whole prompt made an
+    engine that holds a shared prefix look busy by exactly the work its cache saves, so the next request
+    sharing it went to an idle engine and recomputed it (benchmarks/routing.py --explain showed it).
+    `block_hashes` (the prompt's full blocks) let later requests see this prefix on the engine before its
+    KV events arrive: the engine will hold those blocks by the time it reaches them."""
 
     prompt_tokens: int
     max_tokens: int
     role: str = "mixed"  # the engine's part in it: mixed, prefill or decode
+    cached_tokens: int = 0
+    block_hashes: tuple[int, ...] = ()
     generated: int = 0
     first_token_at: float | None = None
     id: int = field(default_factory=lambda: next(_ticket_ids))
@@ -44,6 +53,11 @@ class InFlight:
     @property
     def prefilling(self) -> bool:
         return self.first_token_at is None
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens the engine still has to compute for this request."""
+        return max(0, self.prompt_tokens - self.cached_tokens)
 
 
 @dataclass
@@ -106,7 +120,17 @@ class EngineLive:
 
     @property
     def own_queued_prefill_tokens(self) -> int:
-        return sum(t.prompt_tokens for t in self.inflight.values() if t.prefilling)
+        return sum(t.prefill_tokens for t in self.inflight.values() if t.prefilling)
+
+    def inflight_prefix(self, block_hashes: Sequence[int]) -> int:
+        """Leading blocks of `block_hashes` shared with a prompt the gateway has in flight here (the engine
+        holds them, or will before it reaches a request queued behind; prefill engines and mixed ones only:
+        a decode engine's blocks arrive from elsewhere)."""
+        best = 0
+        for ticket in self.inflight.values():
+            if ticket.role != "decode" and ticket.block_hashes:
+                best = max(best, leading_match(ticket.block_hashes, block_hashes))
+        return best
 
     # --- load as the router sees it ---
 
@@ -134,3 +158,13 @@ class EngineLive:
     @property
     def kv_cache_usage(self) -> float:
         return self.sample.kv_cache_usage if self.sample else 0.0
+
+
+def leading_match(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items two sequences share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

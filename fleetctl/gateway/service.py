@@ -254,6 +254,9 @@ class GatewayService:
                     estimates: Estimates) -> dict[str, Candidate]:
         names = [n for n in routes if n in self.engines]
         cached = self.index.longest_prefix(hashes, names) if hashes else {}
+        if hashes:  # prefixes routed here and still in flight count as held before their KV events arrive
+            for name in names:
+                cached[name] = max(cached.get(name, 0), self.engines[name].inflight_prefix(hashes))
         shares = self.shares.shares(names)
         result = {}
         for name in names:

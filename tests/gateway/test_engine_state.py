@@ -76,3 +76,34 @@ def test_sessions_are_lru_bounded() -> None:
     sessions.set("s3", "c")
     assert sessions.get("s2") is None and sessions.as_mapping("s3") == {"s3": "c"}
     assert sessions.as_mapping(None) == {} and len(sessions) == 2
+
+
+def test_queued_prefill_counts_only_what_the_cache_does_not_hold() -> None:
+    """A request routed for its cached prefix queues only its uncached tail: counting the whole prompt made the
+    engine holding a shared prefix look busy by exactly the work its cache saves."""
+    live = EngineLive("e", "http://e")
+    live.start(InFlight(prompt_tokens=400, max_tokens=8, cached_tokens=320))
+    live.start(InFlight(prompt_tokens=100, max_tokens=8))
+    assert live.own_queued_prefill_tokens == 80 + 100
+    over = live.start(InFlight(prompt_tokens=10, max_tokens=8, cached_tokens=16))  # never negative
+    assert over.prefill_tokens == 0 and live.own_queued_prefill_tokens == 180
+
+
+def test_an_inflight_prompt_counts_as_held_until_it_finishes() -> None:
+    live = EngineLive("e", "http://e")
+    assert live.inflight_prefix([1, 2, 3]) == 0
+    a = live.start(InFlight(prompt_tokens=64, max_tokens=8, block_hashes=(1, 2, 9, 9)))
+    live.start(InFlight(prompt_tokens=64, max_tokens=8, block_hashes=(1, 7)))
+    assert live.inflight_prefix([1, 2, 3]) == 2  # the longest shared leading run over the tickets
+    assert live.inflight_prefix([5, 2, 3]) == 0  # chained hashes: a different first block shares nothing
+    a.first_token_at = 1.0
+    assert live.inflight_prefix([1, 2, 3]) == 2  # decoding: the engine holds the prompt's blocks
+    live.finish(a)
+    assert live.inflight_prefix([1, 2, 3]) == 1
+
+
+def test_a_decode_engines_inflight_prompt_is_not_locality() -> None:
+    """P/D: the decode engine receives the prompt's K/V from the prefill engine; it does not prefill it."""
+    live = EngineLive("d", "http://d")
+    live.start(InFlight(prompt_tokens=64, max_tokens=8, role="decode", block_hashes=(1, 2)))
+    assert live.inflight_prefix([1, 2]) == 0
