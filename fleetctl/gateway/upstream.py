@@ -33,6 +33,7 @@ PENDING = object()  # next() timed out; the read goes on
 END = object()  # the stream ended
 
 RETRYABLE_STATUS = {429: "overloaded", 503: "unavailable"}
+DRAIN_AFTER_DONE_S = 0.5  # how long close() waits for a finished stream's body to end (keeps the connection)
 
 
 class UpstreamFailure(Exception):
@@ -162,6 +163,7 @@ class SSEReader:
     """The events of an open SSE response."""
 
     response: httpx.Response
+    saw_done: bool = field(default=False, init=False)  # `data: [DONE]` was read: the answer is complete
     _events: AsyncIterator[SSEEvent] | None = field(default=None, init=False)
     _next: asyncio.Future | None = field(default=None, init=False)
 
@@ -187,12 +189,21 @@ class SSEReader:
             return PENDING
         future, self._next = self._next, None
         try:
-            return future.result()
+            event = future.result()
         except StopAsyncIteration:
             return END
+        self.saw_done |= event.is_done
+        return event
 
     async def close(self) -> None:
-        """Close the connection: the engine sees the client go and aborts the request."""
+        """After a complete answer, read the body's end (briefly) so the connection goes back to the pool:
+        closing it unread costs the next request to this engine a new TCP connection on its critical path.
+        Otherwise close the connection: the engine sees the client go and aborts the request."""
+        if self.saw_done and self._next is None and self._events is not None:
+            try:
+                await asyncio.wait_for(self._drain(), DRAIN_AFTER_DONE_S)
+            except (asyncio.TimeoutError, httpx.HTTPError, OSError):
+                pass  # the engine kept the body open: close the connection as for an unfinished answer
         if self._next is not None and not self._next.done():
             self._next.cancel()
             try:
@@ -201,6 +212,12 @@ class SSEReader:
                 pass
         self._next = None
         await self.response.aclose()
+
+
+    async def _drain(self) -> None:
+        assert self._events is not None
+        async for _ in self._events:
+            pass
 
 
 def is_first_token(event: SSEEvent) -> bool:
