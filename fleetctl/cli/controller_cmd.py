@@ -40,6 +40,7 @@ def serve(
     heartbeat_interval: Annotated[float | None, typer.Option("--heartbeat-interval", help="seconds between agent heartbeats [default 5]", show_default=False)] = None,
     down_after: Annotated[float | None, typer.Option("--down-after", help="seconds without heartbeat before a node is down [default 3 x interval]", show_default=False)] = None,
     reconcile_interval: Annotated[float | None, typer.Option("--reconcile-interval", help="seconds between reconcile passes [default 2]", show_default=False)] = None,
+    heartbeat_flush: Annotated[float | None, typer.Option("--heartbeat-flush", help="seconds between batched heartbeat writes; 0: one transaction per beat [default 0.25]", show_default=False)] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="log every request")] = False,
 ) -> None:
@@ -47,7 +48,8 @@ def serve(
     from fleetctl.controller.server import serve as run
 
     settings = _settings(db_url=db_url, state_dir=state_dir, host=host, port=port, heartbeat_interval_s=heartbeat_interval,
-                         down_after_s=down_after, reconcile_interval_s=reconcile_interval)
+                         down_after_s=down_after, reconcile_interval_s=reconcile_interval,
+                         heartbeat_flush_s=heartbeat_flush)
     run(settings, log_level=log_level.lower(), access_log=access_log)
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -84,3 +87,37 @@ def authorize(principal: Principal, need: str) -> None:
             f"this call needs role {need} (token {principal.name!r} has role {principal.role})",
             code="forbidden", status=403,
         )
+
+
+class TokenCache:
+    """Verified tokens, by digest (never the token), for `ttl_s` seconds: the agents' heartbeats and every other
+    call then skip the token lookup. Only successes are remembered (a new token works at once); a revocation
+    through this controller clears the cache, one through another replica takes effect within `ttl_s`."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic):
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._known: dict[str, tuple[str, Principal, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, token: str) -> Principal | None:
+        if self.ttl_s <= 0:
+            return None
+        digest = hash_token(token)
+        with self._lock:
+            entry = self._known.get(digest)
+        if entry is None or entry[2] < self.clock() or not hmac.compare_digest(entry[0], digest):
+            return None
+        return entry[1]
+
+    def put(self, token: str, principal: Principal) -> None:
+        if self.ttl_s > 0:
+            with self._lock:
+                if len(self._known) > 100_000:  # bounded: many distinct tokens only cost lookups
+                    self._known.clear()
+                digest = hash_token(token)
+                self._known[digest] = (digest, principal, self.clock() + self.ttl_s)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()

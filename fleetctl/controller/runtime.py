@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from fleetctl.controller.auth import hash_token
+from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.db import Store, migrate
+from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.reconciler import ReconcileResult, reconcile_once
 from fleetctl.controller.settings import ControllerSettings
@@ -36,11 +37,15 @@ class ControllerRuntime:
         self.store = Store.from_url(settings.database_url)
         self.election: LeaderElection = election_for(self.store.engine)
         self.env_token_sha256 = hash_token(settings.bootstrap_token) if settings.bootstrap_token else None
+        self.tokens = TokenCache(settings.token_cache_s)
+        # None: every heartbeat is written in its own transaction (heartbeat_flush_s = 0)
+        self.heartbeats = HeartbeatBuffer(self.store, self.wake) if settings.heartbeat_flush_s > 0 else None
         self.passes = 0  # reconcile passes this process ran (as leader)
         self._pass_lock = threading.Lock()  # one pass at a time (the loop, and tests calling step())
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -53,12 +58,18 @@ class ControllerRuntime:
         if self.settings.background:
             self._thread = threading.Thread(target=self._loop, name="fleetctl-reconciler", daemon=True)
             self._thread.start()
+        if self.settings.background and self.heartbeats is not None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="fleetctl-heartbeats", daemon=True)
+            self._flusher.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
+        self.flush_heartbeats()  # what was accepted is stored
         with self._pass_lock:
             self.election.release()
         self.store.close()
@@ -71,13 +82,28 @@ class ControllerRuntime:
         with self._pass_lock:
             if not self.election.ensure():
                 return None
+            self.flush_heartbeats()  # node liveness as this controller last heard it
             with self.store.session() as session:
                 result = reconcile_once(session, now or self.clock(), self.settings.down_after)
             self.passes += 1
+        if self.heartbeats is not None and (result.changed or result.marked_down):
+            self.heartbeats.forget([*result.changed, *result.marked_down])
         if result.changed or result.marked_down:
             log.info("reconcile: assignments changed on %d node(s), %d node(s) marked down",
                      len(result.changed), len(result.marked_down))
         return result
+
+    def flush_heartbeats(self) -> None:
+        if self.heartbeats is not None:
+            try:
+                self.heartbeats.flush()
+            except Exception:  # kept queued; the next flush retries (the database may be restarting)
+                log.exception("writing heartbeats failed")
+
+    def _flush_loop(self) -> None:
+        interval = self.settings.heartbeat_flush_s
+        while not self._stop.wait(interval):
+            self.flush_heartbeats()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -21,6 +21,7 @@ ENV_VARS = {
     "heartbeat_interval_s": "FLEET_HEARTBEAT_INTERVAL_S",
     "down_after_s": "FLEET_DOWN_AFTER_S",
     "reconcile_interval_s": "FLEET_RECONCILE_INTERVAL_S",
+    "heartbeat_flush_s": "FLEET_HEARTBEAT_FLUSH_S",
     "bootstrap_token": "FLEET_BOOTSTRAP_TOKEN",
 }
 
@@ -45,6 +46,14 @@ class ControllerSettings(BaseModel):
         default=None, gt=0, description="seconds without a heartbeat before a node is marked down; default 3 x heartbeat_interval_s"
     )
     reconcile_interval_s: float = Field(default=2.0, gt=0, description="seconds between background reconcile passes (leader only)")
+    heartbeat_flush_s: float = Field(
+        default=0.25, ge=0, description="seconds between batched writes of accepted heartbeats "
+        "(controller/heartbeats.py); 0: write each beat in its own transaction"
+    )
+    token_cache_s: float = Field(
+        default=5.0, ge=0, description="seconds a verified token is remembered (a revocation made through another "
+        "controller replica takes effect here within this); 0: look every token up"
+    )
     bootstrap_token: str | None = Field(
         default=None, min_length=16, description="an admin token accepted in addition to stored ones (never stored); default none"
     )

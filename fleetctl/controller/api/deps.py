@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from fleetctl.controller import audit
@@ -28,15 +29,24 @@ def get_runtime(request: Request) -> ControllerRuntime:
 def require(role: str) -> Callable[..., Principal]:
     """A dependency that authenticates the bearer token (401) and checks it has `role` (403)."""
 
-    def dependency(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)) -> Principal:
+    async def dependency(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)) -> Principal:
         runtime = get_runtime(request)
-        with runtime.store.session() as session:
-            principal = authenticate(session, credentials.credentials if credentials else None, runtime.env_token_sha256)
+        token = credentials.credentials if credentials else None
+        principal = runtime.tokens.get(token) if token else None
+        if principal is None:  # not seen lately: look it up (in a worker thread, the store is synchronous)
+            principal = await run_in_threadpool(lookup_principal, runtime, token)
         request.state.principal = principal  # the audit of a refusal names who was refused
         authorize(principal, role)
         return principal
 
     return dependency
+
+
+def lookup_principal(runtime: ControllerRuntime, token: str | None) -> Principal:
+    with runtime.store.session() as session:
+        principal = authenticate(session, token, runtime.env_token_sha256)
+    runtime.tokens.put(token or "", principal)
+    return principal
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,12 @@ class RequestGuard:
         except TooLarge:
             await self._refuse_too_large(runtime, scope, send, audited)
             return
-        context = RequestContext.of(scope, body)
+        report = scope.get("path") in NOT_AUDITED
+        # reports are neither audited nor named: skip parsing and hashing the body of the highest-rate calls
+        context = RequestContext("", None) if report else RequestContext.of(scope, body)
         scope[CONTEXT_KEY] = context
+        if not report:
+            await _read_your_beats(runtime)
         response = _ResponseTap(send)
         try:
             await self.app(scope, _replay(body, receive), response.send)
@@ -78,6 +82,8 @@ class RequestGuard:
             raise
         if audited and response.status >= 400:
             await run_in_threadpool(_record_refusal, runtime, scope, context, response.status, response.error_code())
+        elif audited and runtime.heartbeats is not None:
+            runtime.heartbeats.forget()  # the change reaches the agents on their next beat, not the next refresh
 
     @staticmethod
     async def _refuse_too_large(runtime: Any, scope: Scope, send: Send, audited: bool) -> None:
@@ -86,6 +92,14 @@ class RequestGuard:
         if audited:
             await run_in_threadpool(_record_refusal, runtime, scope, RequestContext.of(scope, b""), 413, error.code)
         await _send_json(send, 413, error.to_body())
+
+
+async def _read_your_beats(runtime: Any) -> None:
+    """Store the heartbeats this controller has accepted but not yet written (heartbeats.HeartbeatBuffer)
+    before any other call, so whatever it reads or checks sees them."""
+    buffer = runtime.heartbeats
+    if buffer is not None and buffer.pending:
+        await run_in_threadpool(buffer.flush)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

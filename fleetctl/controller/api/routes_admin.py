@@ -38,6 +38,7 @@ def token_revoke(name: str, body: Body | None = None, change: Change = Depends(m
     with runtime.store.session() as session:
         revoked = tokens.revoke_token(session, name, runtime.clock())
         change.record(session, target=name, result=OK if revoked else NOOP)
+    runtime.tokens.clear()
     return {"name": name, "result": "revoked" if revoked else "unchanged"}
 
 

@@ -3,14 +3,19 @@ carries the node's desired assignment and its generation. Agent tokens (or admin
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from fleetctl.controller import nodes
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
 from fleetctl.controller.auth import AGENT
 from fleetctl.controller.contract import HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse
+from fleetctl.controller.heartbeats import CachedNode, reply_body
+from fleetctl.controller.runtime import ControllerRuntime
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 
@@ -28,12 +33,25 @@ def register(body: RegisterRequest, change: Change = Depends(mutation(AGENT))) -
 
 @router.post("/heartbeat", name="agent.heartbeat", response_model=HeartbeatResponse,
              dependencies=[Depends(require(AGENT))])
-def heartbeat(body: HeartbeatRequest, request: Request) -> dict[str, Any]:
-    """Reads and writes only this node's rows; not audited (it reports, it does not change the fleet)."""
-    runtime = get_runtime(request)  # called, not a dependency: a sync dependency costs a thread-pool hop per beat
+async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
+    """Reads and writes only this node's rows; not audited (it reports, it does not change the fleet).
+    Answered from memory and stored in the next batch when the node is known to be up (heartbeats.py)."""
+    runtime = get_runtime(request)
+    now = runtime.clock()
+    buffer = runtime.heartbeats
+    cached = buffer.accept(body, now) if buffer is not None else None
+    if cached is None:
+        cached = await run_in_threadpool(beat_now, runtime, body, now)
+    return Response(reply_body(cached.generation, cached.assignment_json, runtime.settings.heartbeat_interval_s),
+                    media_type="application/json")
+
+
+def beat_now(runtime: ControllerRuntime, body: HeartbeatRequest, now: datetime) -> CachedNode:
+    """The synchronous path: this beat in its own transaction (the node was down, unknown, or write-behind is off)."""
     with runtime.store.session() as session:
-        result = nodes.heartbeat(session, body, runtime.clock())
+        result = nodes.heartbeat(session, body, now)
     if result.came_back:
         runtime.wake()
-    return {"generation": result.generation, "assignment": result.assignment,
-            "heartbeat_interval_s": runtime.settings.heartbeat_interval_s}
+    if runtime.heartbeats is not None:
+        return runtime.heartbeats.remember(body.node, result)
+    return CachedNode(nodes.UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
