@@ -21,5 +21,6 @@ def serve(settings: GatewaySettings, log_level: str = "info") -> None:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per probe
     app = build_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, timeout_keep_alive=30)
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, timeout_keep_alive=30,
+                            proxy_headers=False)  # client addresses are never used: skip X-Forwarded-* parsing per request
     uvicorn.Server(config).run()

@@ -92,7 +92,7 @@ class GatewayService:
         self.tokenizers = tokenizers or Tokenizers(client)
         self.shares = ShareTracker(settings.share_half_life_s, clock)
         self.sessions = SessionMap(settings.max_sessions)
-        self.policy = ScorerPolicy()
+        self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor)
         self.mean_prompt_tokens: float | None = None
         self.class_rates: dict[str, ClassRates] = {}  # class_ref -> pooled rate estimates of its engines
         self._engine_class: dict[str, str] = {}

@@ -45,6 +45,8 @@ class GatewaySettings:
     # --- routing ---
     hash_seed: str = field(default_factory=default_seed)  # NONE_HASH seed: must match the engines
     share_half_life_s: float = 10.0  # recent traffic shares decay with this half-life (hot-spot guard)
+    locality_weight: float = 1.0  # scorer.ScorerPolicy.locality_weight
+    hot_spot_factor: float = 1.5  # scorer.ScorerPolicy.hot_spot_factor
     max_sessions: int = 100_000  # x-session-id -> engine entries kept (LRU)
     # --- admission ---
     admission: bool = True
@@ -67,6 +69,10 @@ class GatewaySettings:
             raise ValueError("give either a controller URL or a static engine list, not both or neither")
         if self.max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if self.locality_weight < 0:
+            raise ValueError("locality_weight must be >= 0")
+        if self.hot_spot_factor < 1:
+            raise ValueError("hot_spot_factor must be >= 1 (1: no engine may take more than the mean share with its cache)")
         for name in ("probe_interval_s", "probe_timeout_s", "connect_timeout_s", "first_token_timeout_s",
                      "idle_timeout_s", "request_timeout_s", "keepalive_interval_s", "ttft_slo_s", "table_refresh_s"):
             if getattr(self, name) <= 0:

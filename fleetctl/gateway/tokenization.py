@@ -40,8 +40,12 @@ class PromptTokenizer(Protocol):
     async def text(self, prompt: str) -> list[int]: ...
 
 
+INLINE_MAX_CHARS = 2048  # shorter prompts are encoded on the event loop (~0.1 ms); a thread hop costs more
+
+
 class LocalTokenizer:
-    """A Hugging Face tokenizer in this process; encoding runs in a worker thread."""
+    """A Hugging Face tokenizer in this process. Long prompts are encoded in a worker thread so the event loop
+    keeps relaying other streams; short ones inline, where the hop to a thread would cost more than encoding."""
 
     def __init__(self, tokenizer: Any, source: str):
         self.tokenizer = tokenizer
@@ -52,10 +56,17 @@ class LocalTokenizer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     async def chat(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+        if sum(len(str(m.get("content") or "")) for m in messages) <= INLINE_MAX_CHARS:
+            return self._chat(messages, add_generation_prompt)
         return await asyncio.to_thread(self._chat, messages, add_generation_prompt)
 
     async def text(self, prompt: str) -> list[int]:
-        return await asyncio.to_thread(lambda: list(self.tokenizer.encode(prompt, add_special_tokens=True)))
+        if len(prompt) <= INLINE_MAX_CHARS:
+            return self._text(prompt)
+        return await asyncio.to_thread(self._text, prompt)
+
+    def _text(self, prompt: str) -> list[int]:
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
 
 class RemoteTokenizer:
