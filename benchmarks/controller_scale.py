@@ -7,7 +7,8 @@ For each database and fleet size N, a fresh controller (`python -m fleetctl.cli.
 state dir; on PostgreSQL its own schema, dropped afterwards) is started as a separate process, told the agents'
 heartbeat interval (1 s; down after 3 missed). One class and one deployment with N replicas give every node
 one assigned engine, so each reply carries an assignment with its class spec. N agents (asyncio tasks in this
-one process on uvloop, sharing one `AsyncControllerClient`; at most IN_FLIGHT beats on the wire, on as many
+one process on uvloop, beating through one lean keep-alive client (benchmarks/rawhttp.py: httpx cost the
+generator more CPU per beat than the controller spent; they register with `AsyncControllerClient`); at most IN_FLIGHT beats on the wire, on as many
 keep-alive connections) register, then heartbeat once a second on phases spread uniformly over the second,
 each reporting 2 engines with metrics (docs/contracts.md): the assigned one and one more. A missed slot is
 skipped, never sent late in a burst. After a warm-up, a window is measured:
@@ -61,10 +62,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.rawhttp import HTTPFailure, RawJSONClient  # noqa: E402
 from fleetctl.client import AsyncControllerClient, ControllerClient  # noqa: E402
 from fleetctl.controller.server import free_port  # noqa: E402
 from fleetctl.controller.testing import pg_test_schema  # noqa: E402
-from fleetctl.errors import FleetError  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "controller_scale.json"
 PG_URL = os.environ.get("FLEET_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -76,6 +77,7 @@ CONTROLLER_CWD = ROOT  # where the controller process runs (its code is imported
 # at 256 with a queue). 32 is ~30x what 1,000 beats/s at 10 ms need; a beat waiting for a free connection
 # counts in `send_lag_ms`, not in the latency.
 IN_FLIGHT = 32
+HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
 INTERVAL_S = 1.0
 SPEC = {"model": "smollm2-135m", "weights": "smollm2", "max_model_len": 4096, "kv_cache_mib": 512,
         "max_num_seqs": 64, "engine_args": {"enforce-eager": True}}
@@ -270,7 +272,7 @@ class SimAgent:
             engines.append(self.engine(len(engines), f"{self.name}-aux{len(engines)}", "smollm2-135m-aux", "aux@r1", "mixed"))
         return {"node": self.name, "generation": self.generation, "engines": engines, "cut_off_s": None}
 
-    async def run(self, client: AsyncControllerClient, in_flight: asyncio.Semaphore, start: float, stop: float) -> None:
+    async def run(self, client: RawJSONClient, in_flight: asyncio.Semaphore, start: float, stop: float) -> None:
         slot = start + self.index / self.nodes * self.interval_s  # phases spread uniformly over the interval
         while slot < stop:
             delay = slot - time.perf_counter()
@@ -280,9 +282,9 @@ class SimAgent:
             async with in_flight:  # a free connection (see IN_FLIGHT)
                 sent = time.perf_counter()
                 try:
-                    reply = await client.heartbeat(self.payload())
+                    reply = await client.post(HEARTBEAT_PATH, self.payload())
                     self.generation, self.assignment = reply["generation"], reply["assignment"]
-                except FleetError as exc:
+                except HTTPFailure as exc:
                     ok = False
                     if len(self.errors) < 5:
                         self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -375,6 +377,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
     agents = [SimAgent(i, nodes, interval_s) for i in range(nodes)]
     me, controller = psutil.Process(), ctl.ps
     pg = PgBackends(ctl) if ctl.db_url else None
+    beats = RawJSONClient(ctl.url, agent_token, connections=pool, timeout_s=30)
     async with AsyncControllerClient(ctl.url, agent_token, timeout=30, transport=transport) as client:
         t = time.perf_counter()
         await register_all(client, agents)
@@ -383,7 +386,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         start = time.perf_counter() + 0.5
         w0, w1 = start + warmup, start + warmup + window
         stop = w1 + 300.0  # agents keep beating through the under-load status timing; cancelled after it
-        tasks = [asyncio.create_task(a.run(client, in_flight, start, stop)) for a in agents]
+        tasks = [asyncio.create_task(a.run(beats, in_flight, start, stop)) for a in agents]
         await asyncio.sleep(w0 - time.perf_counter())
         c0, m0, wall0 = cpu_s(controller), cpu_s(me), time.perf_counter()
         q0, g0, busy0 = runqueue_wait(controller.pid), runqueue_wait(me.pid), machine_busy_cores()
@@ -397,6 +400,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await beats.close()
     if pg:
         pg.close()
     idle = status_timings(ctl.url, viewer, nodes, status_times)
@@ -457,6 +461,11 @@ def run_config(db: str, nodes: int, interval_s: float, warmup: float, window: fl
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             result = runner.run(load_and_measure(ctl, agent_token, viewer, nodes, interval_s, warmup, window, status_times))
         result.update(db=db, load_avg_1m_before=round(load_avg_before, 2), load_avg_1m_after=round(os.getloadavg()[0], 2))
+        problems = [line for line in (state_dir / "controller.log").read_text(errors="replace").splitlines()
+                    if "ERROR" in line or "Error" in line or "WARNING" in line]
+        result["controller_log_problems"] = problems[:20]
+        for line in problems[:20]:
+            log(f"  controller log: {line[:300]}")
         if ctl.proc.poll() is not None:
             raise RuntimeError(f"controller died during the run; see {state_dir / 'controller.log'}")
         return result

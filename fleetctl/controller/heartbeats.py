@@ -8,14 +8,20 @@ machine at a few hundred beats a second. Here:
 - `accept` answers a beat of a node known to be up from the node's cached (generation, assignment) and
   queues the beat (the latest per node wins); nothing touches the database on the request path.
 - `flush` (every `flush_interval_s` from the runtime's thread, and before anything reads the fleet) writes
-  the queued beats in one transaction: the nodes' heartbeat columns in one executemany, their engines
-  replaced in one DELETE and one executemany INSERT. It then re-reads every node's (state, generation) and,
+  the queued beats in one transaction: the nodes' heartbeat columns in one executemany, and the engines of
+  the nodes whose engines changed (or whose stored metrics are `metrics_refresh_s` old) replaced in one
+  DELETE and one executemany INSERT. It then re-reads every node's (state, generation) and,
   for nodes whose generation moved, their assignments, which refreshes the cache.
-- A node the cache does not know as up (first beat after a controller start, a node that was down, one not
-  registered) takes the synchronous path (`nodes.heartbeat`), which also primes the cache. So does every node
-  after a change made through this controller (`forget`: any successful mutating call, the nodes a reconcile
-  pass changed), so its agent sees the change on its next beat; changes made through another replica arrive
-  with the next refresh.
+- A node the cache does not know (one registered since the last refresh, one not registered) takes the
+  synchronous path (`nodes.heartbeat`), which also primes the cache. A node that was down is answered from
+  the cache like any other (its assignment does not change while it is down); the flush marks it up and
+  wakes the reconciler.
+- A change made through this controller (any successful mutating call, a reconcile pass that changed
+  nodes) is followed at once by a flush, whose refresh reloads the changed nodes' assignments in one query,
+  so their agents see the change on their next beat. Changes made through another replica arrive with the
+  next periodic flush. (Dropping the changed nodes from the cache instead sent each of their next beats
+  down the synchronous path: after a deployment placed 1,000 engines, 1,000 single-beat transactions in
+  one second, which overloaded the controller until nodes were marked down.)
 
 Consistency. The generation is read before the assignment rows, and the reconciler and drains bump a node's
 generation in the same transaction that writes its new assignment rows, so the cache can pair an older
@@ -68,9 +74,12 @@ def reply_body(generation: int, assignment_json: str, interval_s: float) -> byte
 
 
 class HeartbeatBuffer:
-    def __init__(self, store: Store, on_came_back: Callable[[], None]):
+    def __init__(self, store: Store, on_came_back: Callable[[], None], metrics_refresh_s: float = 5.0):
         self.store = store
         self.on_came_back = on_came_back  # a node that was down beat again: placement may change
+        self.metrics_refresh_s = metrics_refresh_s
+        # per node: its engines as last written, metrics left out, and when (see `_engines_to_write`)
+        self._written: dict[str, tuple[str, datetime]] = {}
         self._pending: dict[str, tuple[HeartbeatRequest, datetime]] = {}
         self._nodes: dict[str, CachedNode] = {}
         self._lock = threading.Lock()  # guards _pending and _nodes (accept runs on the event loop)
@@ -85,31 +94,23 @@ class HeartbeatBuffer:
     # --- the request path ---
 
     def accept(self, req: HeartbeatRequest, now: datetime) -> CachedNode | None:
-        """The cached reply for a node known to be up, with the beat queued; None: take the synchronous path."""
+        """The cached reply for a known node, with the beat queued; None: take the synchronous path. A node
+        that was down keeps its assignment while down, so its beat is answered the same way; the flush marks
+        it up and wakes the reconciler."""
         with self._lock:
             cached = self._nodes.get(req.node)
-            if cached is None or cached.state != UP:
+            if cached is None:
                 return None
             self._pending[req.node] = (req, now)
             return cached
 
-    def remember(self, node: str, result: HeartbeatResult) -> CachedNode:
-        """Prime the cache from a synchronous beat (the node is up now)."""
+    def remember(self, req: HeartbeatRequest, result: HeartbeatResult, now: datetime) -> CachedNode:
+        """Prime the cache from a synchronous beat (the node is up now; it wrote its engines)."""
         cached = CachedNode(UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
         with self._lock:
-            self._nodes[node] = cached
+            self._nodes[req.node] = cached
+            self._written[req.node] = (engines_key(req), now)
         return cached
-
-    def forget(self, nodes: Iterable[str] | None = None) -> None:
-        """Drop cached replies (all when `nodes` is None): a change made through this controller (a drain, a
-        reconcile pass, a new deployment) reaches those agents on their next beat, by the synchronous path,
-        rather than after the next refresh. Queued beats stay queued."""
-        with self._lock:
-            if nodes is None:
-                self._nodes.clear()
-                return
-            for node in nodes:
-                self._nodes.pop(node, None)
 
     # --- the batch ---
 
@@ -140,21 +141,42 @@ class HeartbeatBuffer:
             if beats:
                 session.execute(_WRITE_BEAT, [{"b_node": req.node, "b_at": at, "b_applied": req.generation,
                                                "b_cut_off": req.cut_off_s} for req, at in beats])
-                session.execute(delete(_ENGINES).where(_ENGINES.c.node.in_([req.node for req, _ in beats])))
-                rows = list(engine_rows(beats))
-                if rows:
-                    session.execute(insert(_ENGINES), rows)
+                rewrite, written = self._engines_to_write(beats)
+                if rewrite:
+                    session.execute(delete(_ENGINES).where(_ENGINES.c.node.in_([req.node for req, _ in rewrite])))
+                    rows = list(engine_rows(rewrite))
+                    if rows:
+                        session.execute(insert(_ENGINES), rows)
+            else:
+                written = {}
             came_back = [req.node for req, _ in beats if before[req.node][0] != UP]
             states = {name: (UP if name in pending else state, generation) for name, (state, generation) in before.items()}
             assignments = self._changed_assignments(session, states)
+        with self._lock:  # committed: now they count as written
+            self._written.update(written)
         self._refresh(states, assignments)
         return len(beats), came_back
 
-    def _changed_assignments(self, session: Any, states: dict[str, tuple[str, int]]) -> dict[str, str]:
-        """Serialised assignments of the up nodes whose generation is not the cached one."""
+    def _engines_to_write(self, beats: list[tuple[HeartbeatRequest, datetime]]) -> tuple[list[tuple[HeartbeatRequest, datetime]], dict[str, Any]]:
+        """The beats whose engines must be rewritten: any change but the metrics (state, pid, an engine came or
+        went), or metrics last written `metrics_refresh_s` ago (metrics are a live sample for `status`;
+        writing them on every beat was most of a flush's cost). And what `_written` becomes once committed."""
+        rewrite, written = [], {}
         with self._lock:
-            stale = [name for name, (state, generation) in states.items()
-                     if state == UP and (name not in self._nodes or self._nodes[name].generation != generation)]
+            last_written = {req.node: self._written.get(req.node) for req, _ in beats}
+        for req, at in beats:
+            engines = engines_key(req)
+            last = last_written[req.node]
+            if last is None or last[0] != engines or (at - last[1]).total_seconds() >= self.metrics_refresh_s:
+                rewrite.append((req, at))
+                written[req.node] = (engines, at)
+        return rewrite, written
+
+    def _changed_assignments(self, session: Any, states: dict[str, tuple[str, int]]) -> dict[str, str]:
+        """Serialised assignments of the nodes whose generation is not the cached one."""
+        with self._lock:
+            stale = [name for name, (_, generation) in states.items()
+                     if name not in self._nodes or self._nodes[name].generation != generation]
         if not stale:
             return {}
         by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in stale}
@@ -169,15 +191,17 @@ class HeartbeatBuffer:
             for name in list(self._nodes):
                 if name not in states:
                     del self._nodes[name]  # deleted: its next beat takes the synchronous path (404)
+                    self._written.pop(name, None)
             for name, (state, generation) in states.items():
                 if name in assignments:
                     self._nodes[name] = CachedNode(state, generation, assignments[name])
-                elif name in self._nodes:
-                    cached = self._nodes[name]
-                    if state != UP:
-                        self._nodes[name] = CachedNode(state, cached.generation, cached.assignment_json)
-                    elif cached.state != UP and cached.generation == generation:
-                        self._nodes[name] = CachedNode(UP, generation, cached.assignment_json)
+                elif name in self._nodes and self._nodes[name].state != state:
+                    self._nodes[name] = CachedNode(state, generation, self._nodes[name].assignment_json)
+
+
+def engines_key(req: HeartbeatRequest) -> str:
+    """A node's engines without their metrics, as one string (a string: the garbage collector never scans it)."""
+    return json.dumps([engine.model_dump(exclude={"metrics"}) for engine in req.engines], sort_keys=True, default=str)
 
 
 def engine_rows(beats: Iterable[tuple[HeartbeatRequest, datetime]]) -> Iterable[dict[str, Any]]:

@@ -86,8 +86,8 @@ class ControllerRuntime:
             with self.store.session() as session:
                 result = reconcile_once(session, now or self.clock(), self.settings.down_after)
             self.passes += 1
-        if self.heartbeats is not None and (result.changed or result.marked_down):
-            self.heartbeats.forget([*result.changed, *result.marked_down])
+        if result.changed or result.marked_down:
+            self.flush_heartbeats()  # the cached replies pick up the new assignments now, not at the next flush
         if result.changed or result.marked_down:
             log.info("reconcile: assignments changed on %d node(s), %d node(s) marked down",
                      len(result.changed), len(result.marked_down))

@@ -8,8 +8,10 @@ A test that wants a controller in a separate process runs:
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
+import sys
 import threading
 import time
 
@@ -21,6 +23,8 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+GIL_SWITCH_INTERVAL_S = 0.0005
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (CPython's default: 700)
 
 
 def serve(settings: ControllerSettings, log_level: str = "info", access_log: bool = False) -> None:
@@ -28,7 +32,23 @@ def serve(settings: ControllerSettings, log_level: str = "info", access_log: boo
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     where = "PostgreSQL" if not settings.is_sqlite else f"SQLite in {settings.state_dir}"
     log.info("controller on http://%s:%d, state in %s", settings.host, settings.port, where)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+    # The event loop answers heartbeats while the flush and reconcile threads run batches of Python: with the
+    # default 5 ms GIL switch interval every request waiting behind a batch waited 5 ms per hand-over.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    app = create_app(settings)
+    quiet_garbage_collector()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+
+
+def quiet_garbage_collector() -> None:
+    """Keep full garbage collections short and rare. Measured at 1,000 heartbeats a second: a full collection
+    every ~2 s paused the process 80-100 ms (the p99 heartbeat latency) while collecting almost nothing, most
+    of it scanning the objects of the imported modules (SQLAlchemy, pydantic, FastAPI). Those live as long as
+    the process: `gc.freeze` moves them out of the collector's sight. A larger young generation lets the
+    short-lived objects of each request die before they are promoted."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 
 
 def migrate_only(settings: ControllerSettings) -> str | None:

@@ -82,16 +82,18 @@ def test_a_change_through_another_replica_arrives_with_the_next_refresh(api: Api
     assert refreshed["generation"] == first["generation"] + 1 and all(a["drain"] for a in refreshed["assignment"])
 
 
-def test_a_node_marked_down_comes_back_through_the_synchronous_path(api: Api) -> None:
+def test_a_node_marked_down_comes_back_with_the_next_flush_and_wakes_the_reconciler(api: Api) -> None:
     register(api, "n1")
     beat(api, "n1")
     beat(api, "n1")
     api.clock.advance(16)  # > 3 x 5 s without a beat
     assert "n1" in api.reconcile().marked_down
-    reply = beat(api, "n1")  # not answered from the cache: the node is down
-    assert reply["generation"] == 0
+    api.runtime._wake.clear()
+    assert beat(api, "n1")["generation"] == 0  # answered from the cache: a down node keeps its assignment
+    assert api.runtime.heartbeats.pending == 1
     nodes = {n["name"]: n for n in api.call("GET", "/api/v1/nodes", role="viewer").json()}
     assert nodes["n1"]["state"] == "up"
+    assert api.runtime._wake.is_set()  # placement may change: the reconciler runs soon
 
 
 def test_a_beat_of_a_deleted_node_is_dropped_then_refused(api: Api) -> None:
@@ -135,3 +137,29 @@ def test_write_through_mode_stores_each_beat_at_once(db_url: str, tmp_path: Path
         beat(api, "n1")
         beat(api, "n1")
         assert stored_heartbeat(api, "n1").replace(tzinfo=None) == (before + timedelta(seconds=2)).replace(tzinfo=None)
+
+
+def test_engine_states_are_stored_at_once_and_metrics_every_few_seconds(api: Api) -> None:
+    register(api, "n1")
+    deploy(api, "chat", apply_class(api)["ref"], 1)
+    api.reconcile()
+    assignment = beat(api, "n1")["assignment"][0]
+    ready = observed(assignment, "ready")
+    beat(api, "n1", 1, [ready])
+
+    def stored() -> tuple[str, float]:
+        engine = next(e for e in api.call("GET", "/api/v1/engines", role="viewer").json() if e["node"] == "n1")
+        return engine["state"], engine["metrics"]["num_requests_running"]
+
+    assert stored() == ("ready", 1)
+    busier = observed(assignment, "ready")
+    busier["metrics"]["num_requests_running"] = 7
+    api.clock.advance(1)
+    beat(api, "n1", 1, [busier])
+    assert stored() == ("ready", 1)  # a metrics-only change waits for the refresh
+    api.clock.advance(api.runtime.heartbeats.metrics_refresh_s)
+    beat(api, "n1", 1, [busier])
+    assert stored() == ("ready", 7)
+    draining = observed(assignment, "draining")
+    beat(api, "n1", 1, [draining])
+    assert stored() == ("draining", 1)  # a state change is stored with its beat

@@ -33,6 +33,7 @@ def test_a_concurrent_drain_is_not_lost(api: Api) -> None:
     plan = plan_assignments(snapshot.deployments, snapshot.classes, snapshot.nodes)
     with api.runtime.store.session() as session:  # ...and the stale plan is refused
         assert write_assignment(session, "n1", snapshot.nodes[0].generation, plan["n1"]) is False
+    api.runtime.flush_heartbeats()  # written past the API, as by another replica: seen from the next flush on
     assert {a["name"]: a["drain"] for a in beat(api, "n1")["assignment"]} == {"chat-0": True}
     api.reconcile()  # the next pass plans from the drained state
     assert {a["name"]: a["drain"] for a in beat(api, "n1")["assignment"]} == {"chat-0": True, "chat-1": False, "chat-2": False}

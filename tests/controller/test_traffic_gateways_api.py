@@ -134,6 +134,7 @@ def test_engine_metrics_alone_do_not_advance_the_generation(api: Api) -> None:
     before = routing(api)
     busier = observed(assignment, "ready")
     busier["metrics"]["num_requests_running"] = 9
+    api.clock.advance(5)  # stored metrics are refreshed every 5 s (controller/heartbeats.py), states at once
     beat(api, "n1", 1, [busier])
     after = routing(api)
     assert after["engines"][0]["metrics"]["num_requests_running"] == 9 and after["generation"] == before["generation"]

@@ -83,7 +83,8 @@ class RequestGuard:
         if audited and response.status >= 400:
             await run_in_threadpool(_record_refusal, runtime, scope, context, response.status, response.error_code())
         elif audited and runtime.heartbeats is not None:
-            runtime.heartbeats.forget()  # the change reaches the agents on their next beat, not the next refresh
+            # refresh the cached assignments now: the change reaches the agents on their next beat
+            await run_in_threadpool(runtime.flush_heartbeats)
 
     @staticmethod
     async def _refuse_too_large(runtime: Any, scope: Scope, send: Send, audited: bool) -> None:

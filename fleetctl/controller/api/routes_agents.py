@@ -53,5 +53,5 @@ def beat_now(runtime: ControllerRuntime, body: HeartbeatRequest, now: datetime) 
     if result.came_back:
         runtime.wake()
     if runtime.heartbeats is not None:
-        return runtime.heartbeats.remember(body.node, result)
+        return runtime.heartbeats.remember(body, result, now)
     return CachedNode(nodes.UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
