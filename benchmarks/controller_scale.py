@@ -272,9 +272,12 @@ class SimAgent:
             engines.append(self.engine(len(engines), f"{self.name}-aux{len(engines)}", "smollm2-135m-aux", "aux@r1", "mixed"))
         return {"node": self.name, "generation": self.generation, "engines": engines, "cut_off_s": None}
 
-    async def run(self, client: RawJSONClient, in_flight: asyncio.Semaphore, start: float, stop: float) -> None:
+    async def run(self, client: RawJSONClient, in_flight: asyncio.Semaphore, start: float, stop: float,
+                  finished: asyncio.Event) -> None:
         slot = start + self.index / self.nodes * self.interval_s  # phases spread uniformly over the interval
-        while slot < stop:
+        # `finished` as well as cancellation: Python 3.11's asyncio.wait_for can swallow a cancellation that
+        # races with its inner call completing, and the agent would then beat on until `stop`
+        while slot < stop and not finished.is_set():
             delay = slot - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -386,7 +389,8 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         start = time.perf_counter() + 0.5
         w0, w1 = start + warmup, start + warmup + window
         stop = w1 + 300.0  # agents keep beating through the under-load status timing; cancelled after it
-        tasks = [asyncio.create_task(a.run(beats, in_flight, start, stop)) for a in agents]
+        finished = asyncio.Event()
+        tasks = [asyncio.create_task(a.run(beats, in_flight, start, stop, finished)) for a in agents]
         await asyncio.sleep(w0 - time.perf_counter())
         c0, m0, wall0 = cpu_s(controller), cpu_s(me), time.perf_counter()
         q0, g0, busy0 = runqueue_wait(controller.pid), runqueue_wait(me.pid), machine_busy_cores()
@@ -397,6 +401,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         pg1 = await asyncio.to_thread(pg.sample) if pg else {}
         log("  window done; timing status while the agents keep beating")
         loaded = await asyncio.to_thread(status_timings, ctl.url, viewer, nodes, status_times)
+        finished.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
