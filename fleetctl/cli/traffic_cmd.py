@@ -20,9 +20,7 @@ import typer
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
 from fleetctl.client import ControllerClient
-from fleetctl.controller.traffic_guard import correctness_differences
 from fleetctl.errors import FleetError, ValidationFailed
-from fleetctl.replica_class import ReplicaClassSpec, parse_ref
 
 NAME = "traffic"
 app = typer.Typer(no_args_is_help=True, help="Traffic weights over class revisions: get, set.")
@@ -62,6 +60,8 @@ def _parse_one(arg: str) -> tuple[str, float]:
     if not sep or not ref or not raw:
         raise ValidationFailed(f"{arg!r}: {USAGE}", field="weights")
     try:
+        from fleetctl.replica_class import parse_ref  # lazily: its models cost every CLI start ~70 ms
+
         parse_ref(ref)
     except ValueError as exc:
         raise ValidationFailed(f"{arg!r}: {exc}", field="weights") from None
@@ -179,9 +179,13 @@ def correctness_preview(api: ControllerClient, weights: dict[str, float]) -> str
     for ref, weight in weights.items():
         if weight > 0:
             try:
+                from fleetctl.replica_class import ReplicaClassSpec
+
                 specs[ref] = ReplicaClassSpec.model_validate(api.get_class(ref)["spec"])
             except (FleetError, ValueError, KeyError):
                 continue  # the controller will name what is wrong with it
+    from fleetctl.controller.traffic_guard import correctness_differences  # lazily, as replica_class
+
     differences = correctness_differences(weights, specs)
     if not differences:
         return "no correctness differences found between the weighted revisions"
