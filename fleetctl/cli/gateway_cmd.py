@@ -73,7 +73,7 @@ def serve(
     keepalive_interval_s: Annotated[float, typer.Option("--keepalive-interval-s", help="SSE keep-alive comment interval")] = 5.0,
     probe_interval_s: Annotated[float, typer.Option("--probe-interval-s", help="engine /health and /metrics probe interval")] = 1.0,
     table_refresh_s: Annotated[float, typer.Option("--table-refresh-s", help="routing-table refresh interval")] = 2.0,
-    locality_weight: Annotated[float, typer.Option("--locality-weight", help="scorer: worth of a second of prefill a cached prefix saves, against a second of queue (fleetctl/gateway/scorer.py)")] = 1.0,
+    locality_weight: Annotated[float, typer.Option("--locality-weight", help="scorer: worth of a second of prefill a cached prefix saves, against a second of queue (fleetctl/gateway/scorer.py)")] = 2.0,
     hot_spot_factor: Annotated[float, typer.Option("--hot-spot-factor", help="scorer: an engine above this x the mean traffic share competes on load alone")] = 1.5,
     hash_seed: Annotated[str | None, typer.Option("--hash-seed", help="prefix-hash seed [default: env FLEET_HASH_SEED or 0]", show_default=False)] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",

@@ -16,8 +16,11 @@ of predicted time to first token (higher is better, so the terms are negated cos
 
 With both weights at 1 the first two terms are minus the predicted prefill time, (queued + uncached) /
 throughput, so the weights read as "how much is a second of saved prefill worth against a second of queue".
-Defaults: locality 1.0, prefill 1.0, 0.02 s per waiting, 0.005 s per running, KV soft limit 0.8 with a
-5 s penalty at 100%.
+Defaults: locality 2.0, prefill 1.0, 0.02 s per waiting, 0.005 s per running, KV soft limit 0.8 with a
+5 s penalty at 100%. Locality counts twice because a hit saves the engine's time as well as this request's:
+a recomputed prefix delays everything queued behind it on that engine (and, where engines share hardware,
+on its neighbours). Measured on benchmarks/routing.py's slice: weight 1 reached 0.90 of the oracle's hit
+rate and 1.15x the best peer's P90 TTFT, weight 2 0.96 and 0.94x (docs/benchmarks.md).
 
 Hot-spot guard: an engine whose recent share of traffic exceeds `hot_spot_factor` x the mean share of the
 eligible engines has its locality bonus multiplied by `hot_spot_damping` (default 0: its cache is ignored),
@@ -75,7 +78,7 @@ class RoutingSnapshot:
 class ScorerPolicy:
     """Weights of the score; every term is in seconds (see the module docstring)."""
 
-    locality_weight: float = 1.0  # per second of prefill saved by the cached prefix
+    locality_weight: float = 2.0  # per second of prefill saved by the cached prefix (see the module docstring)
     prefill_weight: float = 1.0  # per second of predicted prefill work (queue + whole prompt)
     seconds_per_waiting: float = 0.02  # per request waiting on the engine
     seconds_per_running: float = 0.005  # per request running on the engine

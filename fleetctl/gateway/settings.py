@@ -45,7 +45,7 @@ class GatewaySettings:
     # --- routing ---
     hash_seed: str = field(default_factory=default_seed)  # NONE_HASH seed: must match the engines
     share_half_life_s: float = 10.0  # recent traffic shares decay with this half-life (hot-spot guard)
-    locality_weight: float = 1.0  # scorer.ScorerPolicy.locality_weight
+    locality_weight: float = 2.0  # scorer.ScorerPolicy.locality_weight
     hot_spot_factor: float = 1.5  # scorer.ScorerPolicy.hot_spot_factor
     max_sessions: int = 100_000  # x-session-id -> engine entries kept (LRU)
     # --- admission ---
