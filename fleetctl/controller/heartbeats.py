@@ -46,12 +46,10 @@ from sqlalchemy import bindparam, delete, insert, select, update
 
 from fleetctl.controller.contract import HeartbeatRequest
 from fleetctl.controller.db import Store
-from fleetctl.controller.models import Assignment, Engine, Node
-from fleetctl.controller.nodes import UP, HeartbeatResult, _ASSIGNMENT_ROWS, to_assignment
+from fleetctl.controller.models import Assignment
+from fleetctl.controller.nodes import _ASSIGNMENT_ROWS, _ENGINES, _NODES, UP, HeartbeatResult, observed_rows, to_assignment
 
 log = logging.getLogger(__name__)
-
-_NODES, _ENGINES = Node.__table__, Engine.__table__
 
 _WRITE_BEAT = (
     update(_NODES)
@@ -66,6 +64,11 @@ class CachedNode:
     state: str
     generation: int
     assignment_json: str  # the reply's assignment, serialised once per generation
+
+    @classmethod
+    def of(cls, result: HeartbeatResult) -> "CachedNode":
+        """A synchronous beat's reply (the node is up now)."""
+        return cls(UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
 
 
 def reply_body(generation: int, assignment_json: str, interval_s: float) -> bytes:
@@ -84,8 +87,6 @@ class HeartbeatBuffer:
         self._nodes: dict[str, CachedNode] = {}
         self._lock = threading.Lock()  # guards _pending and _nodes (accept runs on the event loop)
         self._flush_lock = threading.Lock()  # one flush at a time
-        self.flushes = 0
-        self.beats_written = 0
 
     @property
     def pending(self) -> int:
@@ -106,7 +107,7 @@ class HeartbeatBuffer:
 
     def remember(self, req: HeartbeatRequest, result: HeartbeatResult, now: datetime) -> CachedNode:
         """Prime the cache from a synchronous beat (the node is up now; it wrote its engines)."""
-        cached = CachedNode(UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
+        cached = CachedNode.of(result)
         with self._lock:
             self._nodes[req.node] = cached
             self._written[req.node] = (engines_key(req), now)
@@ -126,8 +127,6 @@ class HeartbeatBuffer:
                     for node, beat in pending.items():
                         self._pending.setdefault(node, beat)
                 raise
-            self.flushes += 1
-            self.beats_written += written
         if came_back:
             log.info("%d node(s) beat again after being down: %s", len(came_back), ", ".join(sorted(came_back)[:5]))
             self.on_came_back()
@@ -144,7 +143,7 @@ class HeartbeatBuffer:
                 rewrite, written = self._engines_to_write(beats)
                 if rewrite:
                     session.execute(delete(_ENGINES).where(_ENGINES.c.node.in_([req.node for req, _ in rewrite])))
-                    rows = list(engine_rows(rewrite))
+                    rows = [row for req, at in rewrite for row in observed_rows(req, at)]
                     if rows:
                         session.execute(insert(_ENGINES), rows)
             else:
@@ -202,13 +201,6 @@ class HeartbeatBuffer:
 def engines_key(req: HeartbeatRequest) -> str:
     """A node's engines without their metrics, as one string (a string: the garbage collector never scans it)."""
     return json.dumps([engine.model_dump(exclude={"metrics"}) for engine in req.engines], sort_keys=True, default=str)
-
-
-def engine_rows(beats: Iterable[tuple[HeartbeatRequest, datetime]]) -> Iterable[dict[str, Any]]:
-    for req, at in beats:
-        for engine in req.engines:
-            yield {**engine.model_dump(exclude={"metrics"}), "metrics": engine.metrics.model_dump(), "node": req.node,
-                   "updated_at": at}
 
 
 def chunks(items: list[str], size: int) -> Iterable[list[str]]:

@@ -71,11 +71,14 @@ def _update_node(session: Session, node: str, values: dict[str, Any], only_if_up
 def _replace_observed(session: Session, req: HeartbeatRequest, now: datetime) -> None:
     session.execute(delete(_ENGINES).where(_ENGINES.c.node == req.node))
     if req.engines:
-        session.execute(insert(_ENGINES), [
-            {**engine.model_dump(exclude={"metrics"}), "metrics": engine.metrics.model_dump(), "node": req.node,
+        session.execute(insert(_ENGINES), observed_rows(req, now))
+
+
+def observed_rows(req: HeartbeatRequest, now: datetime) -> list[dict[str, Any]]:
+    """The engines table's rows for a beat's observed engines."""
+    return [{**engine.model_dump(exclude={"metrics"}), "metrics": engine.metrics.model_dump(), "node": req.node,
              "updated_at": now}
-            for engine in req.engines
-        ])
+            for engine in req.engines]
 
 
 _ASSIGNMENT_ROWS = (

@@ -88,7 +88,6 @@ class ControllerRuntime:
             self.passes += 1
         if result.changed or result.marked_down:
             self.flush_heartbeats()  # the cached replies pick up the new assignments now, not at the next flush
-        if result.changed or result.marked_down:
             log.info("reconcile: assignments changed on %d node(s), %d node(s) marked down",
                      len(result.changed), len(result.marked_down))
         return result

@@ -84,9 +84,9 @@ def parse_engine_metrics(text: str) -> EngineSample:
         name, labels, value = _split_sample(line)
         field_name = _SUMMED.get(name)
         if field_name is not None:
-            sums[field_name] = sums.get(field_name, 0.0) + _value(value, line)
+            sums[field_name] = sums.get(field_name, 0.0) + value
         elif name == m.KV_CACHE_USAGE_PERC:
-            usage.append(_value(value, line))
+            usage.append(value)
         elif name == m.CACHE_CONFIG_INFO and not info:
             info = {k: _unescape(v) for k, v in _LABEL.findall(labels)}
     return EngineSample(
@@ -103,8 +103,8 @@ def parse_engine_metrics(text: str) -> EngineSample:
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def _split_sample(line: str) -> tuple[str, str, str]:
-    """(metric name, the text between the braces, the value field) of one sample line."""
+def _split_sample(line: str) -> tuple[str, str, float]:
+    """(metric name, the text between the braces, the value) of one sample line."""
     brace = line.find("{")
     space = line.find(" ")
     if brace != -1 and (space == -1 or brace < space):
@@ -114,8 +114,7 @@ def _split_sample(line: str) -> tuple[str, str, str]:
         name, labels, rest = line[:brace], line[brace + 1 : close], line[close + 1 :]
     else:
         name, labels, rest = (line[:space], "", line[space + 1 :]) if space != -1 else (line, "", "")
-    _value(rest, line)  # every sample must have a number: a text that is not an exposition is refused
-    return name, labels, rest
+    return name, labels, _value(rest, line)  # every sample must have a number: a text that is not an exposition is refused
 
 
 def _value(field: str, line: str) -> float:

@@ -3,7 +3,6 @@ carries the node's desired assignment and its generation. Agent tokens (or admin
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -54,4 +53,4 @@ def beat_now(runtime: ControllerRuntime, body: HeartbeatRequest, now: datetime) 
         runtime.wake()
     if runtime.heartbeats is not None:
         return runtime.heartbeats.remember(body, result, now)
-    return CachedNode(nodes.UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
+    return CachedNode.of(result)
