@@ -40,7 +40,27 @@ from fleetctl.gateway.tokenization import Tokenizers
 log = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_KEY = REQUEST_ID_HEADER.encode()
 ENGINE_CONNECTIONS = 1000
+
+
+def request_id_of(scope: dict) -> str:
+    """The client's x-request-id (at most 128 characters), or a new one."""
+    for name, value in scope.get("headers") or ():
+        if name == _REQUEST_ID_KEY:
+            return value.decode("latin-1")[:128] or uuid.uuid4().hex
+    return uuid.uuid4().hex
+
+
+def with_request_id(send: Callable, request_id: str) -> Callable:
+    header = (_REQUEST_ID_KEY, request_id.encode("latin-1"))
+
+    async def send_with_id(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), header]
+        await send(message)
+
+    return send_with_id
 
 
 class RequestIdMiddleware:
@@ -54,36 +74,36 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        request_id = headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        request_id = request_id_of(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-
-        async def send_with_id(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), request_id.encode("latin-1"))]
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
+        await self.app(scope, receive, with_request_id(send, request_id))
 
 
-class GenerationFastPath:
-    """POST /v1/completions and /v1/chat/completions go straight to their handler, around FastAPI's router,
-    exception middleware and request handler (dependency solving): per request that was about as much CPU as
-    routing it, and the gateway's added latency is mostly its CPU. The routes stay declared in FastAPI too (for
-    the OpenAPI schema); requests never reach them. Handlers return a Response and never raise GatewayError
-    (`generation` turns errors into responses); anything else still reaches ServerErrorMiddleware (a 500)."""
+class GatewayApp:
+    """What uvicorn runs. POST /v1/completions and /v1/chat/completions go straight to their handler;
+    everything else, lifespan included, to the FastAPI app. Per request, FastAPI's and Starlette's layers
+    (error, telemetry and body-limit middleware, the router, dependency solving) cost about as much CPU as
+    routing the request, and the gateway's added latency is mostly its CPU. The two routes stay declared in
+    FastAPI (for the OpenAPI schema); requests never reach them. Handlers turn errors into responses
+    themselves (`generation`); anything else becomes a logged 500 here."""
 
-    def __init__(self, app: Any, handlers: dict[str, Callable[[Request], Any]]):
+    def __init__(self, app: FastAPI, handlers: dict[str, Callable[[Request], Any]]):
         self.app = app
         self.handlers = handlers
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        handler = self.handlers.get(scope.get("path", "")) if scope["type"] == "http" and scope.get("method") == "POST" else None
+        handler = self.handlers.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         if handler is None:
             await self.app(scope, receive, send)
             return
-        response = await handler(Request(scope, receive))
-        await response(scope, receive, send)
+        request_id = request_id_of(scope)
+        scope.setdefault("state", {})["request_id"] = request_id
+        try:
+            response = await handler(Request(scope, receive))
+        except Exception:
+            log.exception("request %s failed", request_id)
+            response = error_response(GatewayError("internal gateway error"))
+        await response(scope, receive, with_request_id(send, request_id))
 
 
 def make_source(settings: GatewaySettings, client: httpx.AsyncClient) -> tuple[RoutingSource, Callable[[], Any] | None]:
@@ -95,7 +115,7 @@ def make_source(settings: GatewaySettings, client: httpx.AsyncClient) -> tuple[R
 
 
 def build_app(settings: GatewaySettings, source: RoutingSource | None = None, keys: KeyRing | None = None,
-              tokenizers: Tokenizers | None = None) -> FastAPI:
+              tokenizers: Tokenizers | None = None) -> GatewayApp:
     keys = keys if keys is not None else load_key_ring(settings.api_keys_file, settings.api_keys_env)
     metrics = GatewayMetrics()
     state: dict[str, Any] = {}
@@ -161,8 +181,6 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
     async def completions(request: Request) -> Response:
         return await generation(COMPLETION, request)
 
-    # the last added middleware is the outermost: RequestIdMiddleware(GenerationFastPath(FastAPI's stack))
-    app.add_middleware(GenerationFastPath, handlers={"/v1/chat/completions": chat_completions, "/v1/completions": completions})
     app.add_middleware(RequestIdMiddleware)
 
     @app.get("/v1/models", dependencies=[Depends(client_key)])
@@ -194,7 +212,7 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
         door().service.refresh_gauges()
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    return app
+    return GatewayApp(app, {"/v1/chat/completions": chat_completions, "/v1/completions": completions})
 
 
 def model_card(name: str, route: Any, created: int) -> dict[str, Any]:
