@@ -92,7 +92,7 @@ class GatewayService:
         self.prober = EngineProber(client, settings.probe_interval_s, settings.probe_timeout_s,
                                    self.engine_headers(), on_rates=self._on_rates)
         self.tokenizers = tokenizers or Tokenizers(client)
-        self.shares = ShareTracker(settings.share_half_life_s, clock)
+        self.shares = ShareTracker(settings.share_half_life_requests)
         self.sessions = SessionMap(settings.max_sessions)
         self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor)
         self.mean_prompt_tokens: float | None = None

@@ -44,7 +44,7 @@ class GatewaySettings:
     max_retries: int = 2  # further engines tried after a failure before the first token
     # --- routing ---
     hash_seed: str = field(default_factory=default_seed)  # NONE_HASH seed: must match the engines
-    share_half_life_s: float = 10.0  # recent traffic shares decay with this half-life (hot-spot guard)
+    share_half_life_requests: float = 32.0  # recent traffic shares halve every this many routed requests (hot-spot guard)
     locality_weight: float = 2.0  # scorer.ScorerPolicy.locality_weight
     hot_spot_factor: float = 1.5  # scorer.ScorerPolicy.hot_spot_factor
     max_sessions: int = 100_000  # x-session-id -> engine entries kept (LRU)
@@ -71,6 +71,8 @@ class GatewaySettings:
             raise ValueError("max_retries must be >= 0")
         if self.locality_weight < 0:
             raise ValueError("locality_weight must be >= 0")
+        if self.share_half_life_requests <= 0:
+            raise ValueError("share_half_life_requests must be positive")
         if self.hot_spot_factor < 1:
             raise ValueError("hot_spot_factor must be >= 1 (1: no engine may take more than the mean share with its cache)")
         for name in ("probe_interval_s", "probe_timeout_s", "connect_timeout_s", "first_token_timeout_s",

@@ -2,38 +2,41 @@
 (x-session-id -> the engine it last used). Both react the instant a request is routed, between scrapes.
 
 Shares are exponentially decayed counts: each routed request adds 1 to its engine, and every count halves
-every `half_life_s`. An engine's share among a set of candidates is its count over their sum (a uniform
-share when none of them has recent traffic).
+with every `half_life_requests` requests routed (to any engine). An engine's share among a set of candidates
+is its count over their sum (a uniform share when none of them has recent traffic).
+
+The decay counts requests, not seconds: the guard must judge a share on enough traffic to mean something.
+With a half-life in seconds, a lull lets the last two or three requests dominate every count, and two
+requests in a row to the engine holding their prefix made it a "hot spot" whose cache was then ignored
+(benchmarks/routing.py: each such request recomputed a 512-token prompt, ~1 s, instead of hitting, ~0.1 s).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
 @dataclass
 class ShareTracker:
-    half_life_s: float = 10.0
-    clock: Callable[[], float] = time.monotonic
-    _counts: dict[str, tuple[float, float]] = field(default_factory=dict)  # engine -> (count, at)
+    half_life_requests: float = 32.0
+    _routed: int = 0  # requests recorded so far
+    _counts: dict[str, tuple[float, int]] = field(default_factory=dict)  # engine -> (count, at request number)
 
-    def _decayed(self, engine: str, now: float) -> float:
-        count, at = self._counts.get(engine, (0.0, now))
-        return count * math.exp2(-(now - at) / self.half_life_s)
+    def _decayed(self, engine: str) -> float:
+        count, at = self._counts.get(engine, (0.0, self._routed))
+        return count * math.exp2(-(self._routed - at) / self.half_life_requests)
 
     def record(self, engine: str) -> None:
-        now = self.clock()
-        self._counts[engine] = (self._decayed(engine, now) + 1.0, now)
+        self._routed += 1
+        self._counts[engine] = (self._decayed(engine) + 1.0, self._routed)
 
     def shares(self, engines: Sequence[str]) -> dict[str, float]:
         if not engines:
             return {}
-        now = self.clock()
-        counts = {e: self._decayed(e, now) for e in engines}
+        counts = {e: self._decayed(e) for e in engines}
         total = sum(counts.values())
         if total <= 1e-9:
             return {e: 1.0 / len(engines) for e in engines}

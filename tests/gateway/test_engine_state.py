@@ -54,18 +54,30 @@ def test_hard_failures_take_an_engine_out_at_once_soft_ones_after_a_few() -> Non
     assert not live.healthy
 
 
-def test_shares_decay_and_are_relative_to_the_candidates() -> None:
-    clock = Clock()
-    shares = ShareTracker(half_life_s=10.0, clock=clock)
+def test_shares_decay_per_routed_request_and_are_relative_to_the_candidates() -> None:
+    shares = ShareTracker(half_life_requests=4.0)
     assert shares.shares(["a", "b"]) == {"a": 0.5, "b": 0.5}
     for _ in range(3):
         shares.record("a")
     shares.record("b")
-    assert shares.shares(["a", "b"]) == pytest.approx({"a": 0.75, "b": 0.25})
-    clock.now = 10.0
-    shares.record("b")  # a's 3 have halved to 1.5; b's 1 to 0.5, plus 1
-    assert shares.shares(["a", "b"]) == pytest.approx({"a": 0.5, "b": 0.5})
-    assert shares.shares(["a"]) == {"a": 1.0}
+    a = 1 * 2 ** (-3 / 4) + 2 ** (-2 / 4) + 2 ** (-1 / 4)  # a's three, aged by the requests routed since
+    assert shares.shares(["a", "b"]) == pytest.approx({"a": a / (a + 1), "b": 1 / (a + 1)})
+    for _ in range(4):
+        shares.record("c")  # another engine's traffic ages a's and b's alike: their shares of the two hold
+    assert shares.shares(["a", "b"]) == pytest.approx({"a": a / (a + 1), "b": 1 / (a + 1)})
+    assert shares.shares(["a", "b", "c"])["c"] > 0.6 and shares.shares(["a"]) == {"a": 1.0}
+
+
+def test_two_requests_in_a_row_do_not_make_a_hot_spot_however_long_the_lull_before() -> None:
+    """The hot-spot guard reads these shares: a burst of two to the engine holding their prefix, after a
+    quiet spell, must not push that engine past 1.5 x the mean share of four."""
+    shares = ShareTracker()
+    engines = ["a", "b", "c", "d"]
+    for i in range(64):
+        shares.record(engines[i % 4])
+    shares.record("a")
+    shares.record("a")
+    assert shares.shares(engines)["a"] < 1.5 * 0.25
 
 
 def test_sessions_are_lru_bounded() -> None:
