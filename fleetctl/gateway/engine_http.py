@@ -60,9 +60,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.response: EngineResponse | None = None
         self.closed = False
-        self.requests = 0  # how many requests this connection has carried
         self.idle_since = 0.0
-        self._header_name = b""
 
     # --- asyncio.Protocol ---
 
@@ -121,7 +119,6 @@ class _Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes, response: "EngineResponse") -> None:
         assert self.transport is not None
         self.response = response
-        self.requests += 1
         self.parser = httptools.HttpResponseParser(self)
         self.transport.write(head + body)
 
