@@ -21,7 +21,6 @@ import math
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from agent.ports import free_port, port_is_free  # noqa: F401  (re-exported to the benchmarks)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -101,21 +102,6 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 # --- ports and processes ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def free_ports(n: int) -> int:

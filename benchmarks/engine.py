@@ -27,7 +27,6 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -35,6 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent.ports import free_port  # noqa: E402
 from engine.reference.config import EngineConfig  # noqa: E402
 from engine.reference.llm_engine import LLMEngine  # noqa: E402
 from engine.reference.sampling_params import SamplingParams  # noqa: E402
@@ -279,14 +279,6 @@ def bench_memory(quick: bool) -> dict:
 
 
 # --- P/D transfer (engine processes on loopback) ----------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_engine(role: str, port: int, log_dir: Path):

@@ -103,7 +103,8 @@ class LLMEngine:
             raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
         if len(prompt_token_ids) > self._max_schedulable_tokens():
             raise ContextLengthExceeded(
-                f"the prompt needs more KV blocks than this engine's whole cache holds", param="prompt"
+                f"the prompt ({len(prompt_token_ids)} tokens) needs more KV blocks than this engine's whole cache "
+                f"holds ({self._max_schedulable_tokens()} tokens)", param="prompt"
             )
 
     def _max_schedulable_tokens(self) -> int:

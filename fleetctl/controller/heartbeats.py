@@ -47,13 +47,13 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from fleetctl.controller.contract import HeartbeatRequest
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import Assignment
-from fleetctl.controller.nodes import _ASSIGNMENT_ROWS, _ENGINES, _NODES, UP, HeartbeatResult, observed_rows, to_assignment
+from fleetctl.controller.nodes import ASSIGNMENT_ROWS, ENGINES_TABLE, NODES_TABLE, UP, HeartbeatResult, observed_rows, to_assignment
 
 log = logging.getLogger(__name__)
 
 _WRITE_BEAT = (
-    update(_NODES)
-    .where(_NODES.c.name == bindparam("b_node"))
+    update(NODES_TABLE)
+    .where(NODES_TABLE.c.name == bindparam("b_node"))
     .values(state=UP, last_heartbeat_at=bindparam("b_at"), applied_generation=bindparam("b_applied"),
             cut_off_s=bindparam("b_cut_off"))
 )
@@ -135,17 +135,17 @@ class HeartbeatBuffer:
     def _write_and_refresh(self, pending: dict[str, tuple[HeartbeatRequest, datetime]]) -> tuple[int, list[str]]:
         with self.store.session() as session:
             before = {row.name: (row.state, row.generation)
-                      for row in session.execute(select(_NODES.c.name, _NODES.c.state, _NODES.c.generation))}
+                      for row in session.execute(select(NODES_TABLE.c.name, NODES_TABLE.c.state, NODES_TABLE.c.generation))}
             beats = [(req, at) for node, (req, at) in pending.items() if node in before]  # deleted nodes: dropped
             if beats:
                 session.execute(_WRITE_BEAT, [{"b_node": req.node, "b_at": at, "b_applied": req.generation,
                                                "b_cut_off": req.cut_off_s} for req, at in beats])
                 rewrite, written = self._engines_to_write(beats)
                 if rewrite:
-                    session.execute(delete(_ENGINES).where(_ENGINES.c.node.in_([req.node for req, _ in rewrite])))
+                    session.execute(delete(ENGINES_TABLE).where(ENGINES_TABLE.c.node.in_([req.node for req, _ in rewrite])))
                     rows = [row for req, at in rewrite for row in observed_rows(req, at)]
                     if rows:
-                        session.execute(insert(_ENGINES), rows)
+                        session.execute(insert(ENGINES_TABLE), rows)
             else:
                 written = {}
             came_back = [req.node for req, _ in beats if before[req.node][0] != UP]
@@ -180,7 +180,7 @@ class HeartbeatBuffer:
             return {}
         by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in stale}
         for chunk in chunks(stale, 500):
-            query = _ASSIGNMENT_ROWS.add_columns(Assignment.node).where(Assignment.node.in_(chunk)).order_by(Assignment.name)
+            query = ASSIGNMENT_ROWS.add_columns(Assignment.node).where(Assignment.node.in_(chunk)).order_by(Assignment.name)
             for row in session.execute(query).all():
                 by_node[row.node].append(to_assignment(row).to_contract(row.spec))
         return {name: json.dumps(rows, separators=(",", ":")) for name, rows in by_node.items()}

@@ -44,7 +44,8 @@ class HeartbeatResult:
     came_back: bool  # the node was down: placement may change, so reconcile soon
 
 
-_NODES, _ENGINES = Node.__table__, Engine.__table__
+# Core tables and the assignment query, shared with heartbeats.py (its batched write-behind path).
+NODES_TABLE, ENGINES_TABLE = Node.__table__, Engine.__table__
 
 
 def heartbeat(session: Session, req: HeartbeatRequest, now: datetime) -> HeartbeatResult:
@@ -63,15 +64,15 @@ def heartbeat(session: Session, req: HeartbeatRequest, now: datetime) -> Heartbe
 
 
 def _update_node(session: Session, node: str, values: dict[str, Any], only_if_up: bool) -> int | None:
-    where = [_NODES.c.name == node] + ([_NODES.c.state == UP] if only_if_up else [])
-    statement = update(_NODES).where(*where).values(values).returning(_NODES.c.generation)
+    where = [NODES_TABLE.c.name == node] + ([NODES_TABLE.c.state == UP] if only_if_up else [])
+    statement = update(NODES_TABLE).where(*where).values(values).returning(NODES_TABLE.c.generation)
     return session.execute(statement).scalar_one_or_none()
 
 
 def _replace_observed(session: Session, req: HeartbeatRequest, now: datetime) -> None:
-    session.execute(delete(_ENGINES).where(_ENGINES.c.node == req.node))
+    session.execute(delete(ENGINES_TABLE).where(ENGINES_TABLE.c.node == req.node))
     if req.engines:
-        session.execute(insert(_ENGINES), observed_rows(req, now))
+        session.execute(insert(ENGINES_TABLE), observed_rows(req, now))
 
 
 def observed_rows(req: HeartbeatRequest, now: datetime) -> list[dict[str, Any]]:
@@ -81,7 +82,7 @@ def observed_rows(req: HeartbeatRequest, now: datetime) -> list[dict[str, Any]]:
             for engine in req.engines]
 
 
-_ASSIGNMENT_ROWS = (
+ASSIGNMENT_ROWS = (
     select(Assignment.name, Assignment.deployment, Assignment.model, Assignment.class_ref, Assignment.role,
            Assignment.drain, ClassRevision.spec)
     .join(ClassRevision, ClassRevision.ref == Assignment.class_ref)
@@ -90,7 +91,7 @@ _ASSIGNMENT_ROWS = (
 
 def assignment_of(session: Session, node: str) -> list[dict[str, Any]]:
     """The node's desired engines in the contract's EngineAssignment form (spec included)."""
-    rows = session.execute(_ASSIGNMENT_ROWS.where(Assignment.node == node).order_by(Assignment.name)).all()
+    rows = session.execute(ASSIGNMENT_ROWS.where(Assignment.node == node).order_by(Assignment.name)).all()
     return [to_assignment(row).to_contract(row.spec) for row in rows]
 
 

@@ -4,12 +4,14 @@ Admission on observed load makes prefill and decode oscillate (Mooncake): a full
 requests, the prefill queue empties, decodes finish, everything is admitted at once, and the decode pool
 overflows again. So the predictor asks what the fleet will look like when this request gets there:
 
-    ttft          = (queued_prefill_tokens + num_prompt_tokens) / prefill_tokens_per_s      (prefill engine)
-    decode_load   = #running decodes with remaining_tokens * decode_step_s > ttft               (decode engine)
+    at_decode     = (queued_prefill_tokens + num_prompt_tokens) / prefill_tokens_per_s      (prefill engine)
+    ttft          = at_decode + decode_step_s on a separate decode engine: its first step makes the first
+                    token (on a mixed engine the prefill's last step does, so nothing is added)
+    decode_load   = #running decodes with remaining_tokens * decode_step_s > at_decode          (decode engine)
                     + admitted_ahead (requests already admitted that reach decode first) + 1 (this one)
     kv_free       = kv_headroom_tokens
-                    + kv_tokens of decodes finished by ttft
-                    - tokens the still-running decodes add by then (ttft / decode_step_s each, at most remaining)
+                    + kv_tokens of decodes finished by at_decode
+                    - tokens the still-running decodes add by then (at_decode / decode_step_s each, at most remaining)
                     - queued_prefill_tokens of the decode engine (its admitted prompts)
 
 A candidate (prefill engine, decode engine) passes when ttft <= ttft_slo_s, decode_load <= its slots
@@ -128,23 +130,24 @@ def candidate_pairs(engines: Sequence[EngineLoad]) -> list[tuple[EngineLoad, Eng
 
 
 def predict(request: AdmissionRequest, prefill: EngineLoad, decode: EngineLoad, slo: ModelSLO) -> Prediction:
-    ttft = predicted_ttft(request, prefill)
+    at_decode = prefill_done_in(request, prefill)
+    ttft = at_decode + first_decode_step_s(prefill, decode)
     slots = slo.max_decode_slots or decode.max_num_seqs
-    load = decode_load_at(decode, ttft)
-    kv_free = kv_free_at(decode, ttft)
+    load = decode_load_at(decode, at_decode)
+    kv_free = kv_free_at(decode, at_decode)
     violations: list[str] = []
     waits: list[float] = []
     if ttft > slo.ttft_slo_s:
         violations.append(f"predicted TTFT {ttft:.2f}s > SLO {slo.ttft_slo_s:.2f}s on {prefill.engine_id}")
         waits.append(ttft - slo.ttft_slo_s)  # the queue drains at the prefill rate: one second per second
     if load > slots:
-        violations.append(f"decode slots {load}/{slots} on {decode.engine_id} at +{ttft:.2f}s")
-        waits.append(time_until_finished(decode, ttft, load - slots))
+        violations.append(f"decode slots {load}/{slots} on {decode.engine_id} at +{at_decode:.2f}s")
+        waits.append(time_until_finished(decode, at_decode, load - slots))
     if kv_free < request.num_prompt_tokens:
         violations.append(
-            f"KV {kv_free} tokens free < {request.num_prompt_tokens} needed on {decode.engine_id} at +{ttft:.2f}s"
+            f"KV {kv_free} tokens free < {request.num_prompt_tokens} needed on {decode.engine_id} at +{at_decode:.2f}s"
         )
-        waits.append(time_until_kv_freed(decode, ttft, request.num_prompt_tokens - kv_free))
+        waits.append(time_until_kv_freed(decode, at_decode, request.num_prompt_tokens - kv_free))
     return Prediction(
         prefill_engine=prefill.engine_id,
         decode_engine=decode.engine_id,
@@ -157,10 +160,18 @@ def predict(request: AdmissionRequest, prefill: EngineLoad, decode: EngineLoad, 
     )
 
 
-def predicted_ttft(request: AdmissionRequest, prefill: EngineLoad) -> float:
+def prefill_done_in(request: AdmissionRequest, prefill: EngineLoad) -> float:
+    """Seconds until the request's prefill is done: the queue ahead of it, then its own prompt."""
     if prefill.prefill_tokens_per_s <= 0:
         return math.inf  # no throughput estimate: never predict a pass
     return (prefill.queued_prefill_tokens + request.num_prompt_tokens) / prefill.prefill_tokens_per_s
+
+
+def first_decode_step_s(prefill: EngineLoad, decode: EngineLoad) -> float:
+    """After a P/D handoff the decode engine's next step makes the first token: at a full batch that step
+    is a sizeable part of the SLO (0.8 s of 5 s in benchmarks/admission.py). A mixed engine's prefill makes
+    it itself."""
+    return 0.0 if prefill.engine_id == decode.engine_id else decode.decode_step_s
 
 
 def finish_time(decode: EngineLoad, running: RunningDecode) -> float:

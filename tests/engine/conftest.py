@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_API_KEY = "test-key-123"
 READY_TIMEOUT_S = 240.0  # model load on a busy 2-core machine
 # Small pool and one torch thread: several engines share two cores in a test run.
 TINY_FLAGS = ("--model", "tiny", "--kv-cache-mib", "16", "--num-threads", "1", "--log-level", "warning")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

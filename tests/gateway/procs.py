@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,24 +18,11 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.ports import free_port, port_is_free
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 240.0  # model or tokenizer load on a busy 2-core machine
 TINY_FLAGS = ("--model", "tiny", "--kv-cache-mib", "16", "--num-threads", "1", "--log-level", "warning")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def free_port_pair() -> int:

@@ -86,6 +86,17 @@ def test_pd_pairs_the_fastest_prefill_with_a_decode_engine_that_has_room():
     assert (decision.prediction.prefill_engine, decision.prediction.decode_engine) == ("p-free", "d-room")
 
 
+def test_after_a_handoff_the_decode_engines_first_step_counts_toward_the_ttft():
+    # prefill done at +1.5 s either way; the decode engine's step at its batch is 0.8 s: 2.3 s > the 2 s SLO
+    pd = ModelLoadSnapshot([mixed("p", role="prefill", queued_prefill_tokens=500),
+                            mixed("d", role="decode", decode_step_s=0.8, running=decodes(7, remaining=900))])
+    decision = admit_on_predicted_load(REQUEST, pd, SLO)
+    assert not decision.admit and "predicted TTFT 2.30s > SLO 2.00s on p" in decision.reason
+    # one mixed engine with the same queue and step: its prefill makes the first token itself
+    alone = ModelLoadSnapshot([mixed(queued_prefill_tokens=500, decode_step_s=0.8, running=decodes(7, remaining=900))])
+    assert admit_on_predicted_load(REQUEST, alone, SLO).admit
+
+
 def test_no_engine_rejects_with_the_longest_retry():
     decision = admit_on_predicted_load(REQUEST, ModelLoadSnapshot([]), SLO)
     assert not decision.admit and decision.retry_after_s == SLO.max_retry_after_s

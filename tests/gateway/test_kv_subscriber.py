@@ -11,6 +11,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from agent.ports import free_port
 from engine.hashing import block_hashes_int64
 from engine.kv_events import END_SEQ, AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent, encode_batch
 from fleetctl.gateway.kv_subscriber import (
@@ -286,14 +287,6 @@ def test_classify_live_sequence_numbers():
     assert classify_live(3, 6, 2, synced=True) is SeqAction.SKIP  # replay already applied it
     assert classify_live(3, 6, None, synced=True) is SeqAction.SKIP
     assert classify_live(0, 6, 6, synced=True) is SeqAction.RESTART  # the live numbering went back
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_subscriber_reads_the_reference_engines_publisher(ctx):
