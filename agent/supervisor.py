@@ -74,7 +74,7 @@ class Supervisor:
         self.slots: dict[str, EngineSlot] = {}
         self.desired: list[EngineAssignment] | None = None  # None: no assignment received yet
         self.held: set[str] = set()  # break-glass drain/stop: kept stopped until a new generation
-        self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S)
+        self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, limits=httpx.Limits(keepalive_expiry=4.0))  # < uvicorn's 5 s
 
     # --- desired and observed state ---
 

@@ -63,9 +63,15 @@ def _unreachable(base_url: str, exc: httpx.HTTPError) -> Unavailable:
     return Unavailable(f"controller at {base_url} {kind} ({type(exc).__name__})")
 
 
+# Idle kept-alive connections are dropped before uvicorn's 5 s keep-alive closes them (httpx's default is
+# also 5 s: a request sent just as the server closes its end fails without an answer).
+KEEPALIVE_EXPIRY_S = 4.0
+
+
 def _client_kwargs(base_url: str, token: str | None, timeout: float) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout}
+    return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout,
+            "limits": httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)}
 
 
 # --- the calls, shared by both clients ---
