@@ -18,11 +18,11 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
-import anyio
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from fleetctl.gateway.class_choice import PIN_HEADER
 from fleetctl.gateway.dispatch import Dispatcher, RequestContext, Sent, StreamStart
@@ -285,20 +285,68 @@ def rejection_reasons(reason: str) -> list[str]:
     return labels or ["no_engine"]
 
 
-class SSEResponse(StreamingResponse):
-    """A StreamingResponse that always runs `on_close` (then `on_finish`), even when the client left before
-    the stream started (Starlette then never iterates the generator, whose `finally` would never run)."""
+class SSEResponse:
+    """The client's event stream, as a plain ASGI response.
+
+    Starlette's StreamingResponse runs every stream in an anyio task group, with a second task listening for
+    the client's disconnect (~0.05 ms of CPU per request here, and the gateway's added latency is its CPU).
+    This does the same with one asyncio task: the listener cancels the stream when the client goes (uvicorn
+    drops writes to a closed connection silently, so without it a stream would run on to its end), and the
+    stream then ends quietly. `on_close` always runs, then `on_finish`, even when the client left before the
+    stream started."""
+
+    status_code = 200
 
     def __init__(self, content: AsyncIterator[str], on_close: Callable[[], Any], headers: dict[str, str]):
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **headers})
+        self.content = content
         self._on_close = on_close
         self.on_finish: Callable[[], None] | None = None
+        self.headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        stream = _Stream(asyncio.current_task())
+        listener = asyncio.ensure_future(_cancel_when_client_leaves(receive, stream))
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]})
+            async for chunk in self.content:
+                await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not stream.client_gone:
+                raise  # the server is shutting down: not ours to swallow
+            stream.task.uncancel()
+        except OSError:
+            pass  # the client's connection broke under a write
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._on_close()
+            stream.done = True
+            listener.cancel()
+            await _close_quietly(self.content)
+            await self._on_close()
             if self.on_finish is not None:
                 self.on_finish()
+
+
+@dataclass
+class _Stream:
+    task: asyncio.Task
+    done: bool = False
+    client_gone: bool = False
+
+
+async def _cancel_when_client_leaves(receive: Callable, stream: _Stream) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if not stream.done:
+        stream.client_gone = True
+        stream.task.cancel()
+
+
+async def _close_quietly(content: AsyncIterator[str]) -> None:
+    """End an async generator the stream left unfinished (its `finally` blocks run now, not at GC)."""
+    aclose = getattr(content, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:  # its own cleanup failing must not hide the stream's
+            log.exception("closing a stream's generator failed")
