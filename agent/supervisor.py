@@ -41,6 +41,7 @@ log = logging.getLogger("fleetctl.agent.supervisor")
 Intent = Literal["stop", "drain", "restart"]
 BreakGlass = Literal["drain", "restart", "stop"]
 PROBE_TIMEOUT_S = 2.0
+KEEPALIVE_EXPIRY_S = 4.0  # idle probe connections dropped before the engine's uvicorn closes them (5 s)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Supervisor:
         self.slots: dict[str, EngineSlot] = {}
         self.desired: list[EngineAssignment] | None = None  # None: no assignment received yet
         self.held: set[str] = set()  # break-glass drain/stop: kept stopped until a new generation
-        self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, limits=httpx.Limits(keepalive_expiry=4.0))  # < uvicorn's 5 s
+        self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     # --- desired and observed state ---
 

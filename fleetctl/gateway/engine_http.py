@@ -30,7 +30,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-IDLE_EXPIRY_S = 4.0  # below uvicorn's (and so vLLM's) default 5 s keep-alive
+from fleetctl.client import KEEPALIVE_EXPIRY_S
+
+IDLE_EXPIRY_S = KEEPALIVE_EXPIRY_S  # below uvicorn's (and so vLLM's) default 5 s keep-alive
 MAX_IDLE_PER_ENGINE = 64
 _PAUSE_ABOVE = 256 * 1024  # buffered body bytes before the socket stops being read (back-pressure)
 
@@ -183,17 +185,12 @@ class EngineResponse:
         if waiter is not None:
             _resolve(waiter, None)
 
-    async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
-        await self._waiter
-
     # --- read ---
 
     async def _wait_headers(self) -> None:
         while not self.headers_done:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
+            self.raise_if_failed()
+            await self.wait_for_data(None)  # the headers wake it too
 
     def take_buffered(self) -> bytes:
         """The body bytes that arrived and were not read yet (b"" if none), without waiting."""
@@ -228,18 +225,14 @@ class EngineResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; EngineDisconnected if the connection breaks before its end."""
         while True:
-            if self._chunks:
-                data = self._chunks.popleft()
-                self._buffered -= len(data)
-                if self._buffered <= _PAUSE_ABOVE // 2:
-                    self._connection.resume()
+            data = self.take_buffered()
+            if data:
                 yield data
             elif self.complete:
                 return
-            elif self._error is not None:
-                raise self._error
             else:
-                await self._wait()
+                self.raise_if_failed()
+                await self.wait_for_data(None)
 
     async def read(self) -> bytes:
         return b"".join([data async for data in self.chunks()])

@@ -19,8 +19,8 @@ throughput, so the weights read as "how much is a second of saved prefill worth 
 Defaults: locality 2.0, prefill 1.0, 0.02 s per waiting, 0.005 s per running, KV soft limit 0.8 with a
 5 s penalty at 100%. Locality counts twice because a hit saves the engine's time as well as this request's:
 a recomputed prefix delays everything queued behind it on that engine (and, where engines share hardware,
-on its neighbours). Measured on benchmarks/routing.py's slice: weight 1 gave 1.15x the best peer's P90
-TTFT, weight 2 0.96x, both at ~0.9 of the oracle's hit rate (docs/benchmarks.md).
+on its neighbours). On benchmarks/routing.py's slice weight 2 gave a lower P90 TTFT than weight 1 at the
+same hit rate (docs/benchmarks.md, session 2).
 
 Hot-spot guard: an engine whose recent share of traffic exceeds `hot_spot_factor` x the mean share of the
 eligible engines has its locality bonus multiplied by `hot_spot_damping` (default 0: its cache is ignored),

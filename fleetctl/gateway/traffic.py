@@ -8,7 +8,8 @@ is its count over their sum (a uniform share when none of them has recent traffi
 The decay counts requests, not seconds: the guard must judge a share on enough traffic to mean something.
 With a half-life in seconds, a lull lets the last two or three requests dominate every count, and two
 requests in a row to the engine holding their prefix made it a "hot spot" whose cache was then ignored
-(benchmarks/routing.py: each such request recomputed a 512-token prompt, ~1 s, instead of hitting, ~0.1 s).
+(benchmarks/routing.py: three such routes per run, and three cached 512-token prompts took 1.1-1.9 s where
+vllm-router served them in 0.1-0.3 s; docs/benchmarks.md, session 3).
 """
 
 from __future__ import annotations
