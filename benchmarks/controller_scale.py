@@ -7,8 +7,9 @@ For each database and fleet size N, a fresh controller (`python -m fleetctl.cli.
 state dir; on PostgreSQL its own schema, dropped afterwards) is started as a separate process, told the agents'
 heartbeat interval (1 s; down after 3 missed). One class and one deployment with N replicas give every node
 one assigned engine, so each reply carries an assignment with its class spec. N agents (asyncio tasks in this
-one process on uvloop, beating through one lean keep-alive client (benchmarks/rawhttp.py: httpx cost the
-generator more CPU per beat than the controller spent; they register with `AsyncControllerClient`); at most IN_FLIGHT beats on the wire, on as many
+one process on uvloop, beating through the gateway's lean keep-alive client (fleetctl/gateway/engine_http.py:
+httpx cost the generator more CPU per beat than the controller spent; they register with
+`AsyncControllerClient`); at most IN_FLIGHT beats on the wire, on as many
 keep-alive connections) register, then heartbeat once a second on phases spread uniformly over the second,
 each reporting 2 engines with metrics (docs/contracts.md): the assigned one and one more. A missed slot is
 skipped, never sent late in a burst. After a warm-up, a window is measured:
@@ -62,7 +63,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.rawhttp import HTTPFailure, RawJSONClient  # noqa: E402
+from fleetctl.gateway.engine_http import EngineClient  # noqa: E402
+from fleetctl.gateway.upstream import EngineRejected, UpstreamFailure, post_json  # noqa: E402
 from fleetctl.client import AsyncControllerClient, ControllerClient  # noqa: E402
 from fleetctl.controller.server import free_port  # noqa: E402
 from fleetctl.controller.testing import pg_test_schema  # noqa: E402
@@ -272,8 +274,8 @@ class SimAgent:
             engines.append(self.engine(len(engines), f"{self.name}-aux{len(engines)}", "smollm2-135m-aux", "aux@r1", "mixed"))
         return {"node": self.name, "generation": self.generation, "engines": engines, "cut_off_s": None}
 
-    async def run(self, client: RawJSONClient, in_flight: asyncio.Semaphore, start: float, stop: float,
-                  finished: asyncio.Event) -> None:
+    async def run(self, client: EngineClient, ctl_url: str, headers: dict[str, str], in_flight: asyncio.Semaphore,
+                  start: float, stop: float, finished: asyncio.Event) -> None:
         slot = start + self.index / self.nodes * self.interval_s  # phases spread uniformly over the interval
         # `finished` as well as cancellation: Python 3.11's asyncio.wait_for can swallow a cancellation that
         # races with its inner call completing, and the agent would then beat on until `stop`
@@ -285,9 +287,9 @@ class SimAgent:
             async with in_flight:  # a free connection (see IN_FLIGHT)
                 sent = time.perf_counter()
                 try:
-                    reply = await client.post(HEARTBEAT_PATH, self.payload())
+                    reply, _ = await post_json(client, ctl_url, HEARTBEAT_PATH, self.payload(), headers, 10.0, 30.0)
                     self.generation, self.assignment = reply["generation"], reply["assignment"]
-                except HTTPFailure as exc:
+                except (UpstreamFailure, EngineRejected) as exc:
                     ok = False
                     if len(self.errors) < 5:
                         self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -380,7 +382,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
     agents = [SimAgent(i, nodes, interval_s) for i in range(nodes)]
     me, controller = psutil.Process(), ctl.ps
     pg = PgBackends(ctl) if ctl.db_url else None
-    beats = RawJSONClient(ctl.url, agent_token, connections=pool, timeout_s=30)
+    beats, beat_headers = EngineClient(max_idle_per_engine=pool), {"authorization": f"Bearer {agent_token}"}
     async with AsyncControllerClient(ctl.url, agent_token, timeout=30, transport=transport) as client:
         t = time.perf_counter()
         await register_all(client, agents)
@@ -390,7 +392,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         w0, w1 = start + warmup, start + warmup + window
         stop = w1 + 300.0  # agents keep beating through the under-load status timing; cancelled after it
         finished = asyncio.Event()
-        tasks = [asyncio.create_task(a.run(beats, in_flight, start, stop, finished)) for a in agents]
+        tasks = [asyncio.create_task(a.run(beats, ctl.url, beat_headers, in_flight, start, stop, finished)) for a in agents]
         await asyncio.sleep(w0 - time.perf_counter())
         c0, m0, wall0 = cpu_s(controller), cpu_s(me), time.perf_counter()
         q0, g0, busy0 = runqueue_wait(controller.pid), runqueue_wait(me.pid), machine_busy_cores()
@@ -405,7 +407,7 @@ async def load_and_measure(ctl: Controller, agent_token: str, viewer: str, nodes
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await beats.close()
+        await beats.aclose()
     if pg:
         pg.close()
     idle = status_timings(ctl.url, viewer, nodes, status_times)
