@@ -97,3 +97,11 @@ def test_token_create_list_revoke(fleet: Fleet) -> None:
     ok(fleet.run("token", "revoke", "ci", "--yes"))
     refused = fleet.run("--token", token, "status", role=None)
     assert refused.exit_code == ExitCode.AUTH
+
+
+def test_the_class_commands_correctness_tag_is_the_replica_class_one() -> None:
+    """class_cmd spells the tag itself (importing replica_class would cost every CLI start its models)."""
+    from fleetctl.cli import class_cmd
+    from fleetctl.replica_class import CORRECTNESS
+
+    assert class_cmd.CORRECTNESS == CORRECTNESS
