@@ -112,3 +112,20 @@ def test_usage_errors_exit_2() -> None:
     result = CliRunner().invoke(app, ["deploy", "set", "chat", "--replicas", "many"])
     assert result.exit_code == ExitCode.USAGE
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--locality-weight", "-1"], "locality_weight must be >= 0"),
+    (["--hot-spot-factor", "0.5"], "hot_spot_factor must be >= 1"),
+])
+def test_gateway_serve_refuses_bad_scorer_weights_with_one_line(flags: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["gateway", "serve", "--engines", "http://127.0.0.1:1", *flags])
+    assert result.exit_code == ExitCode.USAGE
+    assert says in one_error_line(result)
+
+
+def test_gateway_settings_refuse_a_share_half_life_that_is_not_positive() -> None:
+    from fleetctl.gateway.settings import GatewaySettings
+
+    with pytest.raises(ValueError, match="share_half_life_requests must be positive"):
+        GatewaySettings(static_engines=("http://127.0.0.1:1",), share_half_life_requests=0)
