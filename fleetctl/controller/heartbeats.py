@@ -37,12 +37,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from fleetctl.controller import audit
 
 from fleetctl.controller.contract import HeartbeatRequest
 from fleetctl.controller.db import Store
@@ -50,6 +55,8 @@ from fleetctl.controller.models import Assignment
 from fleetctl.controller.nodes import ASSIGNMENT_ROWS, ENGINES_TABLE, NODES_TABLE, UP, HeartbeatResult, observed_rows, to_assignment
 
 log = logging.getLogger(__name__)
+
+CONTROLLER = "controller"  # the audit actor of what the controller does by itself
 
 _WRITE_BEAT = (
     update(NODES_TABLE)
@@ -77,14 +84,17 @@ def reply_body(generation: int, assignment_json: str, interval_s: float) -> byte
 
 
 class HeartbeatBuffer:
-    def __init__(self, store: Store, on_came_back: Callable[[], None], metrics_refresh_s: float = 5.0):
+    def __init__(self, store: Store, on_came_back: Callable[[], None], metrics_refresh_s: float = 5.0,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
         self.store = store
+        self.clock = clock
         self.on_came_back = on_came_back  # a node that was down beat again: placement may change
         self.metrics_refresh_s = metrics_refresh_s
         # per node: its engines as last written, metrics left out, and when (see `_engines_to_write`)
         self._written: dict[str, tuple[str, datetime]] = {}
         self._pending: dict[str, tuple[HeartbeatRequest, datetime]] = {}
         self._nodes: dict[str, CachedNode] = {}
+        self.dropped: Counter[str] = Counter()  # beats the store refused, by reason (a metric)
         self._lock = threading.Lock()  # guards _pending and _nodes (accept runs on the event loop)
         self._flush_lock = threading.Lock()  # one flush at a time
 
@@ -116,12 +126,25 @@ class HeartbeatBuffer:
     # --- the batch ---
 
     def flush(self) -> int:
-        """Write the queued beats and refresh the cache, in one transaction. Returns the beats written."""
+        """Write the queued beats and refresh the cache, in one transaction. Returns the beats written.
+
+        If the batch fails for a reason other than the database being unreachable or busy (a value the store
+        refuses), the beats are written one by one instead and the ones that still fail are dropped, each
+        with a log line naming its node, an audit event and a count by reason (`dropped`): one bad beat
+        must never keep the others, or any other call, from the store. An unreachable database keeps every
+        beat queued for the next flush."""
         with self._flush_lock:
             with self._lock:
                 pending, self._pending = self._pending, {}
             try:
-                written, came_back = self._write_and_refresh(pending)
+                try:
+                    written, came_back = self._write_and_refresh(pending)
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise
+                    log.warning("writing %d queued heartbeat(s) in one batch failed (%s); writing them one by one",
+                                len(pending), type(exc).__name__)
+                    written, came_back = self._write_each(pending)
             except BaseException:
                 with self._lock:  # put them back (newer beats queued meanwhile win): nothing is lost
                     for node, beat in pending.items():
@@ -134,27 +157,73 @@ class HeartbeatBuffer:
 
     def _write_and_refresh(self, pending: dict[str, tuple[HeartbeatRequest, datetime]]) -> tuple[int, list[str]]:
         with self.store.session() as session:
-            before = {row.name: (row.state, row.generation)
-                      for row in session.execute(select(NODES_TABLE.c.name, NODES_TABLE.c.state, NODES_TABLE.c.generation))}
+            before = node_states(session)
             beats = [(req, at) for node, (req, at) in pending.items() if node in before]  # deleted nodes: dropped
-            if beats:
-                session.execute(_WRITE_BEAT, [{"b_node": req.node, "b_at": at, "b_applied": req.generation,
-                                               "b_cut_off": req.cut_off_s} for req, at in beats])
-                rewrite, written = self._engines_to_write(beats)
-                if rewrite:
-                    session.execute(delete(ENGINES_TABLE).where(ENGINES_TABLE.c.node.in_([req.node for req, _ in rewrite])))
-                    rows = [row for req, at in rewrite for row in observed_rows(req, at)]
-                    if rows:
-                        session.execute(insert(ENGINES_TABLE), rows)
-            else:
-                written = {}
+            written = self._write_beats(session, beats)
             came_back = [req.node for req, _ in beats if before[req.node][0] != UP]
             states = {name: (UP if name in pending else state, generation) for name, (state, generation) in before.items()}
             assignments = self._changed_assignments(session, states)
-        with self._lock:  # committed: now they count as written
-            self._written.update(written)
+        self._committed(written)
         self._refresh(states, assignments)
         return len(beats), came_back
+
+    def _write_each(self, pending: dict[str, tuple[HeartbeatRequest, datetime]]) -> tuple[int, list[str]]:
+        """The fallback of a failed batch: each beat in its own transaction, dropping those the store refuses."""
+        with self.store.session() as session:
+            before = node_states(session)
+        stored: list[str] = []
+        for node, (req, at) in pending.items():
+            if node not in before:
+                continue
+            try:
+                with self.store.session() as session:
+                    written = self._write_beats(session, [(req, at)])
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._drop(req, exc)
+                continue
+            self._committed(written)
+            stored.append(node)
+        with self.store.session() as session:
+            states = node_states(session)
+            assignments = self._changed_assignments(session, states)
+        self._refresh(states, assignments)
+        return len(stored), [node for node in stored if before[node][0] != UP]
+
+    def _write_beats(self, session: Any, beats: list[tuple[HeartbeatRequest, datetime]]) -> dict[str, Any]:
+        """The nodes' heartbeat columns, and the engines of those whose engines must be rewritten. Returns
+        what `_written` becomes once this transaction commits."""
+        if not beats:
+            return {}
+        session.execute(_WRITE_BEAT, [{"b_node": req.node, "b_at": at, "b_applied": req.generation,
+                                       "b_cut_off": req.cut_off_s} for req, at in beats])
+        rewrite, written = self._engines_to_write(beats)
+        if rewrite:
+            session.execute(delete(ENGINES_TABLE).where(ENGINES_TABLE.c.node.in_([req.node for req, _ in rewrite])))
+            rows = [row for req, at in rewrite for row in observed_rows(req, at)]
+            if rows:
+                session.execute(insert(ENGINES_TABLE), rows)
+        return written
+
+    def _committed(self, written: dict[str, Any]) -> None:
+        with self._lock:  # committed: now they count as written
+            self._written.update(written)
+
+    def _drop(self, req: HeartbeatRequest, exc: Exception) -> None:
+        reason = drop_reason(exc)
+        with self._lock:
+            self.dropped[reason] += 1
+        log.error("dropped the heartbeat of node %r: the store refused it (%s: %s)", req.node, reason,
+                  " ".join(str(exc).split())[:300])
+        entry = audit.AuditRecord(actor=CONTROLLER, action="agent.heartbeat", target=req.node, reason=None,
+                                  payload_digest="", result=audit.ERROR, status=500, code="heartbeat_dropped",
+                                  detail={"reason": reason})
+        try:
+            with self.store.session() as session:
+                audit.record(session, entry, self.clock())
+        except Exception:
+            log.exception("could not record the audit event of a dropped heartbeat")
 
     def _engines_to_write(self, beats: list[tuple[HeartbeatRequest, datetime]]) -> tuple[list[tuple[HeartbeatRequest, datetime]], dict[str, Any]]:
         """The beats whose engines must be rewritten: any change but the metrics (state, pid, an engine came or
@@ -196,6 +265,23 @@ class HeartbeatBuffer:
                     self._nodes[name] = CachedNode(state, generation, assignments[name])
                 elif name in self._nodes and self._nodes[name].state != state:
                     self._nodes[name] = CachedNode(state, generation, self._nodes[name].assignment_json)
+
+
+def node_states(session: Any) -> dict[str, tuple[str, int]]:
+    """Every node's (state, generation)."""
+    rows = session.execute(select(NODES_TABLE.c.name, NODES_TABLE.c.state, NODES_TABLE.c.generation))
+    return {row.name: (row.state, row.generation) for row in rows}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """The database is unreachable, restarting or busy: the same write may succeed later."""
+    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+
+
+def drop_reason(exc: BaseException) -> str:
+    """A short, bounded label for why the store refused a row (the driver's error class)."""
+    root = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    return type(root).__name__
 
 
 def engines_key(req: HeartbeatRequest) -> str:

@@ -39,7 +39,7 @@ class ControllerRuntime:
         self.env_token_sha256 = hash_token(settings.bootstrap_token) if settings.bootstrap_token else None
         self.tokens = TokenCache(settings.token_cache_s)
         # None: every heartbeat is written in its own transaction (heartbeat_flush_s = 0)
-        self.heartbeats = HeartbeatBuffer(self.store, self.wake) if settings.heartbeat_flush_s > 0 else None
+        self.heartbeats = HeartbeatBuffer(self.store, self.wake, clock=clock) if settings.heartbeat_flush_s > 0 else None
         self.passes = 0  # reconcile passes this process ran (as leader)
         self._pass_lock = threading.Lock()  # one pass at a time (the loop, and tests calling step())
         self._wake = threading.Event()

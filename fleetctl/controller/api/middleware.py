@@ -97,10 +97,12 @@ class RequestGuard:
 
 async def _read_your_beats(runtime: Any) -> None:
     """Store the heartbeats this controller has accepted but not yet written (heartbeats.HeartbeatBuffer)
-    before any other call, so whatever it reads or checks sees them."""
+    before any other call, so whatever it reads or checks sees them.
+    A flush that fails (the database is unreachable) does not fail the call: the beats stay queued, and the
+    call meets the database itself and answers for what it finds there."""
     buffer = runtime.heartbeats
     if buffer is not None and buffer.pending:
-        await run_in_threadpool(buffer.flush)
+        await run_in_threadpool(runtime.flush_heartbeats)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
