@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -35,6 +35,18 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Versioned:
+    """An object operators change: `version` advances with every change, and an UPDATE or DELETE of a row
+    whose version moved since it was read matches no row (StaleDataError, the API's 409). So a concurrent
+    writer never overwrites a change it did not see; the API serves the version as the ETag."""
+
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    @declared_attr.directive
+    def __mapper_args__(cls) -> dict[str, Any]:
+        return {"version_id_col": cls.__table__.c.version}
 
 
 NAME = 63  # DNS-label length: node, engine, class, deployment and token names
@@ -110,7 +122,7 @@ class ClassRevision(Base):
     created_by: Mapped[str] = mapped_column(String(NAME))
 
 
-class Deployment(Base):
+class Deployment(Versioned, Base):
     __tablename__ = "deployments"
 
     name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
@@ -123,7 +135,7 @@ class Deployment(Base):
     updated_by: Mapped[str] = mapped_column(String(NAME))
 
 
-class TrafficPolicy(Base):
+class TrafficPolicy(Versioned, Base):
     __tablename__ = "traffic_policies"
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -158,7 +170,7 @@ class Gateway(Base):
     reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
 
 
-class FeatureFlag(Base):
+class FeatureFlag(Versioned, Base):
     __tablename__ = "feature_flags"
 
     name: Mapped[str] = mapped_column(String(NAME), primary_key=True)

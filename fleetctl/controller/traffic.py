@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, Node, TrafficPolicy
 from fleetctl.controller.nodes import UP
+from fleetctl.controller.versions import check_version
 from fleetctl.controller.traffic_guard import (
     CONFLICT,
     CORRECTNESS_CHANGE_ALLOWED,
@@ -38,6 +39,7 @@ class TrafficChange:
     """What `set_traffic` did: stored (changed) or not, and the correctness differences it was allowed."""
 
     changed: bool
+    version: int  # of the stored policy, after this change
     allowed_differences: list[CorrectnessDifference] = field(default_factory=list)
 
     @property
@@ -53,21 +55,25 @@ class TrafficChange:
 
 
 def set_traffic(session: Session, model: str, weights: dict[str, float], allow_correctness_change: bool,
-                actor: str, now: datetime) -> TrafficChange:
-    """Store the model's weights if the guard allows them; raise the first refusal otherwise."""
+                actor: str, now: datetime, expected_version: int | None = None) -> TrafficChange:
+    """Store the model's weights if the guard allows them; raise the first refusal otherwise. With
+    `expected_version` (If-Match) the stored policy must be at that version."""
     specs = known_specs(session, weights)
     refusals = check_split(model, weights, specs, ready_engines(session, weights), allow_correctness_change)
     if refusals:
         raise refusal_error(refusals)
     allowed = correctness_differences(weights, specs)
     row = session.get(TrafficPolicy, model)
+    check_version(row, expected_version, f"traffic policy of {model!r}")
     if row is not None and row.weights == weights:
-        return TrafficChange(False, allowed)
+        return TrafficChange(False, row.version, allowed)
     if row is None:
-        session.add(TrafficPolicy(model=model, weights=dict(weights), updated_at=now, updated_by=actor))
+        row = TrafficPolicy(model=model, weights=dict(weights), updated_at=now, updated_by=actor)
+        session.add(row)
     else:
         row.weights, row.updated_at, row.updated_by = dict(weights), now, actor
-    return TrafficChange(True, allowed)
+    session.flush()  # assigns (or advances) the version
+    return TrafficChange(True, row.version, allowed)
 
 
 def refusal_error(refusals: list[Refusal]) -> FleetError:
@@ -97,7 +103,8 @@ def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
 
 def list_traffic(session: Session) -> dict[str, Any]:
     rows = session.execute(select(TrafficPolicy).order_by(TrafficPolicy.model)).scalars()
-    return {row.model: {"weights": row.weights, "updated_at": row.updated_at.isoformat(), "updated_by": row.updated_by}
+    return {row.model: {"weights": row.weights, "updated_at": row.updated_at.isoformat(), "updated_by": row.updated_by,
+                        "version": row.version}
             for row in rows}
 
 
@@ -117,6 +124,7 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
         "model": model, "source": "policy" if row is not None else "deployments", "weights": weights,
         "updated_at": row.updated_at.isoformat() if row is not None else None,
         "updated_by": row.updated_by if row is not None else None,
+        "version": row.version if row is not None else None,
         "revisions": [_revision_view(ref, weights.get(ref, 0.0), total, ready.get(ref, 0), specs.get(ref)) for ref in refs],
     }
 

@@ -5,6 +5,8 @@ and readers (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import threading
+
+from sqlalchemy.orm.exc import StaleDataError
 from typing import Any
 
 from ctl_helpers import Api, apply_class, beat, deploy, observed, register
@@ -93,10 +95,15 @@ def test_a_generation_names_exactly_the_changes_stamped_up_to_it_under_concurren
     lock = threading.Lock()
 
     def stamp(value: int | None) -> None:
-        with store.session() as session:
-            if value is not None:
-                session.get(FeatureFlag, "f").value = value
-            generation, content = routing_generation.stamp(session, lambda: views.routing_content(session))
+        for _attempt in range(50):  # a concurrent writer of the flag's version wins: re-read and retry, as a client would
+            try:
+                with store.session() as session:
+                    if value is not None:
+                        session.get(FeatureFlag, "f").value = value
+                    generation, content = routing_generation.stamp(session, lambda: views.routing_content(session))
+                break
+            except StaleDataError:
+                continue
         with lock:
             (writes if value is not None else reads).append((generation, content["flags"]["f"]))
 

@@ -16,6 +16,7 @@ from fleetctl.controller import audit
 from fleetctl.controller.api.middleware import CONTEXT_KEY, RequestContext
 from fleetctl.controller.auth import Principal, authenticate, authorize
 from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.versions import IF_MATCH, parse_if_match
 from fleetctl.errors import ValidationFailed
 from fleetctl.replica_class import NAME_PATTERN
 
@@ -77,6 +78,11 @@ def mutation(role: str) -> Callable[..., Change]:
         return Change(principal, request.scope["route"].name, context.reason, context.digest, get_runtime(request))
 
     return dependency
+
+
+def if_match(request: Request) -> int | None:
+    """The version an `If-Match` header names (optimistic concurrency, controller/versions.py)."""
+    return parse_if_match(request.headers.get(IF_MATCH))
 
 
 def valid_name(value: str, field: str = "name") -> str:

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetctl.errors import Conflict, FleetError, Unavailable, ValidationFailed
@@ -61,6 +62,11 @@ async def _integrity(_request: Request, _exc: Exception) -> JSONResponse:
     return error_response(Conflict("a concurrent change conflicted with this one; retry"))
 
 
+async def _concurrent_change(_request: Request, _exc: Exception) -> JSONResponse:
+    """The row changed or went away between this call's read and its write (models.Versioned)."""
+    return error_response(Conflict("changed or deleted by a concurrent call; re-read and retry", code="concurrent_change"))
+
+
 async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", type(exc).__name__)
     return error_response(Unavailable("the controller's database is unavailable; retry"))
@@ -76,5 +82,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(StaleDataError, _concurrent_change)
+    app.add_exception_handler(ObjectDeletedError, _concurrent_change)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(Exception, _unexpected)
