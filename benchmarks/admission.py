@@ -1,4 +1,4 @@
-"""Admission benchmark (issue 4): predictive admission vs rejection on observed load, at 2x the Azure rate.
+"""Admission benchmark: predictive admission vs rejection on observed load, at 2x the Azure rate.
 
     .venv/bin/python benchmarks/admission.py [--quick] [--rate 2] [--minutes 10] [--slices 0,1200,2400]
         [--scenarios 1.25:1.25,1.25:1.0,1.5:1.5] [--ttft-slo-s 5] [--calibrate] [--live]
@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> None:
     summaries = {f"{p}:{d}": summarise(runs, f"{p}:{d}") for p, d in scenarios}
     live = live_sanity(args) if args.live else None
     report = {
-        "benchmark": "admission (issue 4)",
+        "benchmark": "admission",
         "kind": "simulation calling fleetctl.gateway.admission.admit_on_predicted_load / admit_on_observed_load",
         "command": "benchmarks/admission.py " + " ".join(sys.argv[1:]),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

@@ -1,4 +1,4 @@
-"""Controller scale benchmark (issue 3): N simulated agents heartbeating against a real controller process.
+"""Controller scale benchmark: N simulated agents heartbeating against a real controller process.
 
     .venv/bin/python benchmarks/controller_scale.py [--db sqlite,postgres] [--nodes 100,1000] [--window 20]
         [--warmup 10] [--repeat 1] [--quick] [--paced-rate R] [--compare-tree DIR] [--in-process] [--out FILE]

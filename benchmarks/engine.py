@@ -1,4 +1,4 @@
-"""Reference-engine benchmarks (issue 2). Every figure is a ratio against a baseline measured in the same run.
+"""Reference-engine benchmarks. Every figure is a ratio against a baseline measured in the same run.
 
     .venv/bin/python benchmarks/engine.py [--only throughput,prefix,decode,stall,transfer,memory] [--quick]
 

@@ -1,4 +1,4 @@
-"""Routing benchmark (issue 4): our gateway vs sglang-router and vllm-router (cache_aware) vs round-robin.
+"""Routing benchmark: our gateway vs sglang-router and vllm-router (cache_aware) vs round-robin.
 
     .venv/bin/python benchmarks/routing.py [--quick] [--model smollm2|tiny] [--policies gateway,sglang,vllm,round_robin]
                                            [--rounds 1] [--duration 90] [--num-requests 80] [--slice-start 3910]
@@ -621,7 +621,7 @@ def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dic
         goals["added_latency_p50_ms"] = {"value": value, "engines": int(engines), "goal": f"<= {GOALS['added_latency_p50_ms']}",
                                          "met": value <= GOALS["added_latency_p50_ms"]}
     return {
-        "benchmark": "routing (issue 4)",
+        "benchmark": "routing",
         "command": "benchmarks/routing.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": _cpus(), "python": platform.python_version(), "platform": platform.platform()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

@@ -23,8 +23,8 @@ from typing import Annotated, Any
 import typer
 
 from fleetctl.cli import engine_cmd
-from fleetctl.cli.context import cli, local_token
-from fleetctl.cli.output import status
+from fleetctl.cli.context import YesOption, cli, local_token
+from fleetctl.cli.output import Format, JsonOutputOption, col, emit, status
 from fleetctl.errors import Conflict, Unavailable, ValidationFailed, error_from_body
 
 NAME = "agent"
@@ -123,10 +123,14 @@ def _configure_logging(level: str) -> None:
 # --- break-glass: talk to an agent directly, no controller needed -----------------------------------------
 
 
+AGENT_ENGINE_COLUMNS = [col("ENGINE", "name"), col("STATE", "state"), col("ROLE", "role"), col("CLASS", "class_ref"),
+                        col("URL", "url"), col("PID", "pid"), col("RESTARTS", "restarts")]
+
+
 @app.command()
-def engines(agent: AgentOption) -> None:
-    """What the agent runs, as it reports it (JSON on stdout)."""
-    typer.echo(json.dumps(_call_agent(agent, None, lambda client: client.engines()), indent=2))
+def engines(agent: AgentOption, output: JsonOutputOption = Format.json) -> None:
+    """What the agent runs, as it reports it (JSON on stdout unless -o says otherwise)."""
+    emit(_call_agent(agent, None, lambda client: client.engines()), output, AGENT_ENGINE_COLUMNS)
 
 
 def _break_glass(action: str, summary: str) -> Any:
@@ -135,6 +139,7 @@ def _break_glass(action: str, summary: str) -> Any:
         agent: AgentOption,
         admin_token_file: Annotated[Path, typer.Option("--admin-token-file", envvar="FLEET_AGENT_ADMIN_TOKEN_FILE",
                                                        help="the agent's admin token file (its STATE_DIR/admin-token)")],
+        yes: YesOption = False,  # break-glass acts at once, as in an incident it must; --yes is accepted for scripts
     ) -> None:
         result = _call_agent(agent, _read_secret(admin_token_file), lambda client: client.act(engine, action))
         typer.echo(json.dumps(result))

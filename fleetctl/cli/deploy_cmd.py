@@ -39,6 +39,7 @@ def set_deployment(
     model: Annotated[str | None, typer.Option("--model", help="model name (default: the class's)")] = None,
     reason: ReasonOption = None,
     output: OutputOption = Format.table,
+    yes: YesOption = False,  # it can scale engines away, so it takes --yes like the others; it asks nothing
 ) -> None:
     """Create or update deployment NAME."""
     result = client(ctx).set_deployment(name, class_ref, replicas, role, parse_labels(label or []), model, reason)

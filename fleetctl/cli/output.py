@@ -1,4 +1,8 @@
-"""Output: data on stdout as `-o table|json|yaml`, status and progress on stderr."""
+"""Output: data on stdout as `-o table|json|yaml`, status and progress on stderr.
+
+Every command that reads takes `-o/--output` through one of the options below, so a script can ask any of
+them for JSON; tests/cli/test_cli_consistency.py holds the list of reads.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ class Format(str, Enum):
 
 OutputOption = Annotated[Format, typer.Option("--output", "-o", help="output format: table, json or yaml")]
 DetailOutputOption = Annotated[Format, typer.Option("--output", "-o", help="output format: yaml (default), json or table")]
+JsonOutputOption = Annotated[Format, typer.Option("--output", "-o", help="output format: json (default), yaml or table")]
 
 
 @dataclass(frozen=True)

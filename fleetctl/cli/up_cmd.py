@@ -1,7 +1,7 @@
 """`fleetctl up` and `fleetctl down`: a whole fleet on this machine (fleetctl/localfleet/).
 
     fleetctl up [--nodes 2] [--model smollm2|tiny] [--detach] [--state-dir DIR]
-    fleetctl down [--state-dir DIR]
+    fleetctl down [--state-dir DIR] [--yes]
 
 Both sit at the top level: NAME is None, so main.py merges this module's commands into the root.
 Progress goes to stderr; where everything is goes to stdout (`-o json` for scripts).
@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fleetctl.cli.context import YesOption
 from fleetctl.cli.output import Format, OutputOption, col, emit, status
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
@@ -70,6 +71,7 @@ def down(
     state_dir: StateDirOption = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds each group of processes has to exit before SIGKILL")] = 60.0,
     output: OutputOption = Format.table,
+    yes: YesOption = False,  # accepted as every destructive command accepts it; `down` asks nothing
 ) -> None:
     """Stop the local fleet started by `fleetctl up` (agents and their engines, then the controller)."""
     from fleetctl.localfleet import LocalFleetError, down as fleet_down

@@ -20,7 +20,7 @@ Defaults: locality 2.0, prefill 1.0, 0.02 s per waiting, 0.005 s per running, KV
 5 s penalty at 100%. Locality counts twice because a hit saves the engine's time as well as this request's:
 a recomputed prefix delays everything queued behind it on that engine (and, where engines share hardware,
 on its neighbours). On benchmarks/routing.py's slice weight 2 gave a lower P90 TTFT than weight 1 at the
-same hit rate (docs/benchmarks.md, session 2).
+same hit rate.
 
 Hot-spot guard: an engine whose recent share of traffic exceeds `hot_spot_factor` x the mean share of the
 eligible engines has its locality bonus multiplied by `hot_spot_damping` (default 0: its cache is ignored),

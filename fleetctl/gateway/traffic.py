@@ -9,7 +9,7 @@ The decay counts requests, not seconds: the guard must judge a share on enough t
 With a half-life in seconds, a lull lets the last two or three requests dominate every count, and two
 requests in a row to the engine holding their prefix made it a "hot spot" whose cache was then ignored
 (benchmarks/routing.py: three such routes per run, and three cached 512-token prompts took 1.1-1.9 s where
-vllm-router served them in 0.1-0.3 s; docs/benchmarks.md, session 3).
+vllm-router served them in 0.1-0.3 s).
 """
 
 from __future__ import annotations

@@ -1,61 +1,108 @@
-"""Twenty agents' heartbeat loops (in this process, each with its own real client) lose a real controller
-at the same moment. Full-jitter backoff must spread their retries instead of sending them in lockstep, and
-spread their reconnects once the controller is back."""
+"""Twenty agents' heartbeat loops lose their controller at the same moment. Full-jitter backoff must spread
+their retries instead of sending them in lockstep, and spread their reconnects once the controller is back.
+
+The loops are the real `HeartbeatLoop`s; the controller is a simulated one that is up or down by simulated
+time, and time itself is a discrete-event clock handed to every loop. Each agent draws its jitter from its
+own seeded `random.Random`, so every retry time below is a fixed, reproducible number and the test asserts
+the schedule, not how fast a machine runs it.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from pathlib import Path
+import heapq
+import random
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from fleet_helpers import kill
 
 from agent.backoff import Backoff
 from agent.heartbeat import HeartbeatLoop
-from agent.ports import free_port
-from fleetctl.client import AsyncControllerClient
-from fleetctl.localfleet import processes
-from fleetctl.localfleet.fleet import controller_command, controller_up
-
-pytestmark = pytest.mark.slow
 
 AGENTS = 20
 BACKOFF = Backoff(base=1.0, cap=8.0)
+HEARTBEAT_S = 1.0
+OUTAGE_AT = 10.5  # between two beats: every agent's next beat (t = 11.0) is its first failure
+RESTART_AT = 30.0
+END_AT = 60.0
 
 
-class RecordingLink:
-    """The real client, with the time and outcome of every call written down."""
+@dataclass
+class SimClock:
+    now: float = 0.0
 
-    def __init__(self, client: AsyncControllerClient):
-        self.client = client
-        self.calls: list[tuple[float, bool]] = []
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Call:
+    at: float
+    node: str
+    ok: bool
+    cut_off_s: float | None = None
+
+
+@dataclass
+class SimController:
+    """Down in [OUTAGE_AT, RESTART_AT); every call any agent makes is written down with its simulated time."""
+
+    clock: SimClock
+    calls: list[Call] = field(default_factory=list)
+
+    def up(self) -> bool:
+        return not OUTAGE_AT <= self.clock.now < RESTART_AT
+
+    def answer(self, node: str, reply: dict[str, Any], cut_off_s: float | None = None) -> dict[str, Any]:
+        ok = self.up()
+        self.calls.append(Call(self.clock.now, node, ok, cut_off_s))
+        if not ok:
+            raise ConnectionRefusedError("controller down")
+        return reply
+
+
+@dataclass
+class SimLink:
+    """One agent's link to the simulated controller (the `ControllerLink` protocol)."""
+
+    controller: SimController
+    node: str
 
     async def register_agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self._timed(self.client.register_agent(payload))
+        return self.controller.answer(self.node, {"heartbeat_interval_s": HEARTBEAT_S})
 
     async def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self._timed(self.client.heartbeat(payload))
+        reply = {"generation": 1, "assignment": [], "heartbeat_interval_s": HEARTBEAT_S}
+        return self.controller.answer(self.node, reply, payload["cut_off_s"])
 
-    async def _timed(self, call: Any) -> Any:
-        started = time.monotonic()
-        try:
-            result = await call
-        except Exception:
-            self.calls.append((started, False))
-            raise
-        self.calls.append((started, True))
-        return result
 
-    def first_failure_and_retry(self, after: float) -> tuple[float, float]:
-        """When the first call after `after` failed, and when the next call (the first retry) started."""
-        later = [(t, ok) for t, ok in self.calls if t >= after]
-        index = next(i for i, (_, ok) in enumerate(later) if not ok)
-        return later[index][0], later[index + 1][0]
+def make_loops(controller: SimController, clock: SimClock) -> list[HeartbeatLoop]:
+    return [
+        HeartbeatLoop(SimLink(controller, f"spread-{i:02d}"), registration={"node": f"spread-{i:02d}"},
+                      observe=list, on_assignment=lambda g, a: None, backoff=BACKOFF,
+                      uniform=random.Random(i).uniform, clock=clock)
+        for i in range(AGENTS)
+    ]
 
-    def first_success(self, after: float) -> float:
-        return next(t for t, ok in self.calls if t >= after and ok)
+
+async def simulate(loops: list[HeartbeatLoop], clock: SimClock) -> None:
+    """Run every loop until END_AT: each exchange happens at its simulated time, in time order, and the
+    delay it returns schedules the next one (what `HeartbeatLoop.run` does with a real sleep)."""
+    due = [(0.0, index) for index in range(len(loops))]  # every agent starts at once, so they beat in phase
+    while due:
+        at, index = heapq.heappop(due)
+        if at >= END_AT:
+            continue
+        clock.now = at
+        delay = await loops[index].exchange_or_backoff()
+        heapq.heappush(due, (at + delay, index))
+
+
+def calls_by_node(controller: SimController) -> dict[str, list[Call]]:
+    by_node: dict[str, list[Call]] = {}
+    for call in controller.calls:
+        by_node.setdefault(call.node, []).append(call)
+    return by_node
 
 
 def busiest_window(times: list[float], width_s: float) -> int:
@@ -64,72 +111,52 @@ def busiest_window(times: list[float], width_s: float) -> int:
     return max(sum(1 for u in times[i:] if u - t < width_s) for i, t in enumerate(times))
 
 
-async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+async def run_outage() -> tuple[list[HeartbeatLoop], dict[str, list[Call]]]:
+    clock = SimClock()
+    controller = SimController(clock)
+    loops = make_loops(controller, clock)
+    await simulate(loops, clock)
+    return loops, calls_by_node(controller)
 
 
-def start_controller(state_dir: Path, port: int) -> processes.ProcessInfo:
-    argv, env = controller_command(state_dir, port, heartbeat_interval_s=1.0)
-    return processes.start("controller", "controller", argv, state_dir / "controller.log", env)
+async def test_first_retries_of_a_crowd_are_spread_over_the_first_window():
+    _, by_node = await run_outage()
+    first_failures = [next(c for c in calls if not c.ok) for calls in by_node.values()]
+    first_retries = [calls[calls.index(failure) + 1] for calls, failure in zip(by_node.values(), first_failures)]
+    assert {failure.at for failure in first_failures} == {11.0}  # one crowd, failing in lockstep
+    delays = [retry.at - 11.0 for retry in first_retries]
+    assert all(0.0 <= delay <= BACKOFF.window(0) for delay in delays)
+    assert max(delays) - min(delays) > 0.7 * BACKOFF.window(0), sorted(delays)
+    assert busiest_window([retry.at for retry in first_retries], 0.1) <= AGENTS // 4, sorted(delays)
 
 
-async def test_twenty_agents_spread_their_retries_and_reconnects(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    controller = start_controller(tmp_path, port)
-    links: list[RecordingLink] = []
-    try:
-        await asyncio.to_thread(_wait_up, url, controller)
-        token = (tmp_path / "bootstrap-token").read_text().strip()
-        links = [RecordingLink(AsyncControllerClient(url, token=token, timeout=2.0)) for _ in range(AGENTS)]
-        loops = [
-            HeartbeatLoop(link, registration=_registration(i), observe=list, on_assignment=lambda g, a: None, backoff=BACKOFF)
-            for i, link in enumerate(links)
-        ]
-        stop = asyncio.Event()
-        tasks = [asyncio.create_task(loop.run(stop)) for loop in loops]
-        await wait_for(lambda: all(loop.status.connected for loop in loops), 30, "all agents connected")
-
-        outage = time.monotonic()
-        await asyncio.to_thread(kill, controller)
-        await wait_for(lambda: all(loop.status.failures >= 2 for loop in loops), 30, "every agent to retry")
-        restarted = time.monotonic()
-        controller = start_controller(tmp_path, port)
-        await wait_for(lambda: all(loop.status.connected for loop in loops), 120, "all agents reconnected")
-        stop.set()
-        await asyncio.gather(*tasks)
-    finally:
-        for link in links:
-            await link.client.aclose()
-        processes.stop_all([controller], timeout_s=10)
-
-    # They lost the controller together; their first retries are spread over the first backoff window.
-    first = [link.first_failure_and_retry(outage) for link in links]
-    failures = [failed for failed, _ in first]
-    retries = [retry for _, retry in first]
-    delays = [retry - failed for failed, retry in first]
-    assert max(failures) - min(failures) < BACKOFF.window(0)  # one crowd, failing within one heartbeat
-    assert max(delays) - min(delays) > 0.3 * BACKOFF.window(0), delays
-    assert busiest_window(retries, 0.1) <= AGENTS // 2, sorted(retries)
-    # Back up, the controller is not stampeded: reconnects arrive spread out, not in one burst.
-    reconnects = [link.first_success(restarted) for link in links]
-    assert max(reconnects) - min(reconnects) > 0.5, sorted(reconnects)
-    assert busiest_window(reconnects, 0.1) <= AGENTS // 2, sorted(reconnects)
-    # and each agent told the controller how long it had been cut off
-    assert all(loop.status.last_cut_off_s and loop.status.last_cut_off_s > 0 for loop in loops)
+async def test_reconnects_after_the_restart_are_spread_out():
+    loops, by_node = await run_outage()
+    reconnects = [next(c for c in calls if c.ok and c.at >= RESTART_AT) for calls in by_node.values()]
+    times = [call.at for call in reconnects]
+    assert max(times) - min(times) > 0.5 * BACKOFF.cap, sorted(times)  # the last windows are the cap's
+    assert busiest_window(times, 0.1) <= AGENTS // 4, sorted(times)
+    assert all(loop.status.connected and loop.status.failures == 0 for loop in loops)
 
 
-def _wait_up(url: str, info: processes.ProcessInfo) -> None:
-    deadline = time.monotonic() + 60
-    while not controller_up(url):
-        assert processes.exit_status(info) is None, f"the controller exited; see {info.log_path}"
-        assert time.monotonic() < deadline, "the controller did not come up"
-        time.sleep(0.2)
+async def test_each_agent_reports_exactly_how_long_it_was_cut_off():
+    loops, by_node = await run_outage()
+    for loop, calls in zip(loops, by_node.values()):
+        reconnect = next(c for c in calls if c.ok and c.at >= RESTART_AT)
+        assert reconnect.cut_off_s == round(reconnect.at - 11.0, 3)  # from its first failure to this beat
+        assert loop.status.last_cut_off_s == reconnect.cut_off_s
+        after = [c for c in calls if c.at > reconnect.at]
+        assert after and all(c.ok and c.cut_off_s is None for c in after)  # back on the heartbeat
+        assert [b.at - a.at for a, b in zip(after, after[1:])] == pytest.approx([HEARTBEAT_S] * (len(after) - 1))
 
 
-def _registration(index: int) -> dict[str, Any]:
-    return {"node": f"spread-{index:02d}", "url": f"http://127.0.0.1:{9000 + index}", "labels": {},
-            "capacity": {"engines": 1, "kv_mib": 64}, "agent_version": "test"}
+async def test_one_agents_retry_delays_follow_the_doubling_windows_of_its_random_source():
+    loops, by_node = await run_outage()
+    calls = by_node[loops[3].node]
+    outage = [c for c in calls if not c.ok]
+    retries = outage[1:] + [next(c for c in calls if c.ok and c.at >= RESTART_AT)]
+    delays = [b.at - a.at for a, b in zip(outage, retries)]
+    rng = random.Random(3)  # the same seed the loop was given: the same draws, in the same order
+    expected = [rng.uniform(0.0, min(BACKOFF.cap, BACKOFF.base * 2**attempt)) for attempt in range(len(delays))]
+    assert delays == pytest.approx(expected)
+    assert len(delays) >= 5  # the outage is long enough to reach the cap
