@@ -238,8 +238,10 @@ class ControllerClient:
     def list_tokens(self) -> list[dict[str, Any]]:
         return self.send(Call("GET", "/api/v1/tokens"))
 
-    def revoke_token(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("DELETE", f"/api/v1/tokens/{_seg(name)}", reason=reason))
+    def revoke_token(self, name: str, reason: str | None = None, force: bool = False) -> dict[str, Any]:
+        """`force`: even the last active admin token, or the one this client uses (refused with 409 otherwise)."""
+        return self.send(Call("DELETE", f"/api/v1/tokens/{_seg(name)}", reason=reason,
+                              params={"force": "true"} if force else None))
 
 
 class AsyncControllerClient:

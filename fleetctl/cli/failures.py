@@ -16,6 +16,9 @@ from typer.core import TyperGroup
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.errors import AuthError, Conflict, FleetError, NotFound, Unavailable, ValidationFailed
 
+# 409s that a retry after a fresh read resolves (a concurrent writer won), as opposed to a refusal by state
+RETRYABLE_CONFLICTS = frozenset({"concurrent_change", "version_conflict", "conflict"})
+
 _CODES: list[tuple[type[FleetError], ExitCode]] = [
     (NotFound, ExitCode.NOT_FOUND),
     (AuthError, ExitCode.AUTH),
@@ -47,6 +50,8 @@ def _fleet_message(exc: FleetError) -> str:
     message = " ".join(exc.message.split())  # one line, whatever the server sent
     if isinstance(exc, AuthError) and exc.status == 401:
         message += " (pass --token or set FLEET_TOKEN)"
+    if exc.code in RETRYABLE_CONFLICTS and "retry" not in message:
+        message += " (changed concurrently: re-read and retry)"
     return message
 
 

@@ -37,8 +37,12 @@ def list_tokens(ctx: typer.Context, output: OutputOption = Format.table) -> None
 
 
 @app.command()
-def revoke(ctx: typer.Context, name: TokenArg, reason: ReasonOption = None, yes: YesOption = False) -> None:
+def revoke(ctx: typer.Context, name: TokenArg, reason: ReasonOption = None, yes: YesOption = False,
+           force: Annotated[bool, typer.Option("--force", help="revoke even the last active admin token, or the token "
+                                                "this command uses (refused otherwise; audited either way)")] = False) -> None:
     """Revoke a token at once (the name stays in the list)."""
     confirm(f"Revoke token {name}?", yes)
-    result = client(ctx).revoke_token(name, reason)
+    result = client(ctx).revoke_token(name, reason, force=force)
     status(f"token {name}: " + ("revoked" if result["result"] == "revoked" else "already revoked"))
+    if result.get("overridden"):
+        status(f"warning: forced past {', '.join(result['overridden'])}")

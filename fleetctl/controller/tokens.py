@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,15 +38,49 @@ def list_tokens(session: Session) -> list[ApiToken]:
     return list(session.execute(select(ApiToken).order_by(ApiToken.name)).scalars())
 
 
-def revoke_token(session: Session, name: str, now: datetime) -> bool:
-    """True if revoked now, False if it already was."""
+@dataclass(frozen=True)
+class Revocation:
+    """What `revoke_token` did, and the guards `force` overrode (recorded in the audit event)."""
+
+    revoked: bool  # False: it already was
+    overridden: tuple[str, ...] = ()  # LAST_ADMIN and/or OWN_TOKEN
+
+
+LAST_ADMIN, OWN_TOKEN = "last_admin", "own_token"
+
+
+def revoke_token(session: Session, name: str, now: datetime, requester: str, force: bool = False) -> Revocation:
+    """Revoke `name`. Refused (409) unless `force` when it is the last active stored admin token (nobody
+    could administer the fleet afterwards) or the token making the request (the caller locks itself out)."""
     row = session.get(ApiToken, name)
     if row is None:
         raise NotFound(f"no token named {name!r}", field="name")
     if row.revoked_at is not None:
-        return False
+        return Revocation(False)
+    guards = _lockout_guards(session, row, requester)
+    if guards and not force:
+        raise Conflict(_LOCKOUT_MESSAGES[guards[0]].format(name=name) + "; pass --force (force=true) to revoke it anyway",
+                       code=guards[0], field="name")
     row.revoked_at = now
-    return True
+    return Revocation(True, guards)
+
+
+_LOCKOUT_MESSAGES = {
+    LAST_ADMIN: "token {name!r} is the last active admin token: revoking it leaves nobody able to administer the fleet",
+    OWN_TOKEN: "token {name!r} is the token making this request: revoking it locks you out",
+}
+
+
+def _lockout_guards(session: Session, row: ApiToken, requester: str) -> tuple[str, ...]:
+    guards = []
+    if row.role == ADMIN:
+        admins = session.execute(select(func.count()).select_from(ApiToken).where(
+            ApiToken.role == ADMIN, ApiToken.revoked_at.is_(None), ApiToken.name != row.name)).scalar_one()
+        if admins == 0:
+            guards.append(LAST_ADMIN)
+    if row.name == requester:
+        guards.append(OWN_TOKEN)
+    return tuple(guards)
 
 
 def token_view(row: ApiToken) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
-from cli_helpers import Fleet, class_file, ok
+from cli_helpers import Fleet, class_file, ok, one_error_line
 
 from fleetctl.cli.exit_codes import ExitCode
 
@@ -97,6 +97,15 @@ def test_token_create_list_revoke(fleet: Fleet) -> None:
     ok(fleet.run("token", "revoke", "ci", "--yes"))
     refused = fleet.run("--token", token, "status", role=None)
     assert refused.exit_code == ExitCode.AUTH
+
+
+def test_token_revoke_refuses_the_token_in_use_without_force(fleet: Fleet) -> None:
+    me = next(t["name"] for t in fleet.client().list_tokens() if t["name"].startswith("test-admin"))
+    refused = fleet.run("token", "revoke", me, "--yes")
+    assert refused.exit_code == ExitCode.REFUSED
+    assert "locks you out" in one_error_line(refused) and "--force" in one_error_line(refused)
+    forced = ok(fleet.run("token", "revoke", me, "--yes", "--force"))
+    assert "forced past own_token" in forced.stderr
 
 
 def test_the_class_commands_correctness_tag_is_the_replica_class_one() -> None:

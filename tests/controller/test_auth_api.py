@@ -138,3 +138,25 @@ def test_env_bootstrap_token_is_admin(settings: ControllerSettings, tmp_path: Pa
         created = http.post("/api/v1/tokens", json={"name": "from-env", "role": "viewer"}, headers=headers)
         assert created.status_code == 201
         assert created.json()["created_by"] == "bootstrap-env"
+
+
+def test_the_last_active_admin_token_cannot_be_revoked_without_force(api: Api) -> None:
+    admins = [t["name"] for t in api.call("GET", "/api/v1/tokens").json() if t["role"] == "admin" and not t["revoked_at"]]
+    me = next(name for name in admins if name.startswith("test-admin"))
+    for other in (name for name in admins if name != me):
+        assert api.call("DELETE", f"/api/v1/tokens/{other}").status_code == 200
+    refused = api.call("DELETE", f"/api/v1/tokens/{me}")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "last_admin"
+    assert "--force" in refused.json()["error"]["message"]
+    assert api.call("GET", "/api/v1/tokens").status_code == 200  # still an admin
+    forced = api.call("DELETE", f"/api/v1/tokens/{me}", params={"force": "true"})
+    assert forced.status_code == 200 and set(forced.json()["overridden"]) == {"last_admin", "own_token"}
+    events = [e for e in api.call("GET", "/api/v1/audit", role="viewer").json() if e["action"] == "token.revoke"]
+    assert any(e["code"] == "forced" for e in events) and any(e["code"] == "last_admin" for e in events)
+
+
+def test_a_token_cannot_revoke_itself_without_force(api: Api) -> None:
+    me = next(t["name"] for t in api.call("GET", "/api/v1/tokens").json() if t["name"].startswith("test-admin"))
+    refused = api.call("DELETE", f"/api/v1/tokens/{me}")  # other admins exist (bootstrap): only own_token applies
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "own_token"

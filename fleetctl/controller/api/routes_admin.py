@@ -33,13 +33,19 @@ def token_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[s
 
 
 @router.delete("/tokens/{name}", name="token.revoke")
-def token_revoke(name: str, body: Body | None = None, change: Change = Depends(mutation(ADMIN))) -> dict[str, Any]:
+def token_revoke(
+    name: str, body: Body | None = None, change: Change = Depends(mutation(ADMIN)),
+    force: bool = Query(default=False, description="revoke even the last active admin token, or the caller's own"),
+) -> dict[str, Any]:
+    """409 `last_admin` / `own_token` unless `force`; a forced revocation is audited with what it overrode."""
     runtime = change.runtime
     with runtime.store.session() as session:
-        revoked = tokens.revoke_token(session, name, runtime.clock())
-        change.record(session, target=name, result=OK if revoked else NOOP)
+        outcome = tokens.revoke_token(session, name, runtime.clock(), requester=change.actor, force=force)
+        detail = {"force": True, "overridden": list(outcome.overridden)} if outcome.overridden else None
+        change.record(session, target=name, result=OK if outcome.revoked else NOOP,
+                      code="forced" if outcome.overridden else None, detail=detail)
     runtime.tokens.clear()
-    return {"name": name, "result": "revoked" if revoked else "unchanged"}
+    return {"name": name, "result": "revoked" if outcome.revoked else "unchanged", "overridden": list(outcome.overridden)}
 
 
 @router.get("/audit", name="audit.list", dependencies=[Depends(require(VIEWER))])
