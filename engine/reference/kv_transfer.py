@@ -50,21 +50,19 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
 from engine.errors import InvalidRequest, KVTransferError
+from engine.reference.kv_side_channel import FrameServer, StreamedFrame, pull_frame
 from engine.reference.kv_wire import (
     FRAME_MEDIA_TYPE,
     MAX_HEADER,
     POOL,
     FrameBuffer,
     FrameHeader,
-    FrameServer,
     KVFrame,
     KVFrameError,
     KVPullRefused,
-    StreamedFrame,
     decode_frame,
     empty_kv,
     encode_frame,
-    pull_frame,
 )
 from engine.reference.metrics import EngineMetrics
 
