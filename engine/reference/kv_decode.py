@@ -178,7 +178,7 @@ class DecodeSide:
         else over HTTP. Either way the frame must be exactly the blocks asked for."""
         expect = FrameHeader.for_blocks(request_id, indices, self.engine.kv_dtype, self.engine.kv_block_shape)
         host, port = params.get("remote_host"), params.get("remote_kv_port")
-        if host and isinstance(port, int) and not isinstance(port, bool):
+        if host and _is_port(port):
             request = {"request_id": request_id, "block_ids": block_ids}
             if self._api_key:
                 request["api_key"] = self._api_key
@@ -268,7 +268,11 @@ def _http_failure_reason(exc: httpx.HTTPError) -> str:
 
 def _remote_base(params: dict) -> str:
     host, port = params.get("remote_host"), params.get("remote_port")
-    if not host or not isinstance(port, int):
+    if not host or not _is_port(port):
         raise _TransferFailed("params", "kv_transfer_params lack remote_host / remote_port")
     host = f"[{host}]" if ":" in str(host) else host
     return f"http://{host}:{port}"
+
+
+def _is_port(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
