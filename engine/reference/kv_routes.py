@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
+from engine.contract.bounds import Count, SafeStr
+from engine.errors import openapi_error_responses
 from engine.reference.kv_wire import FRAME_MEDIA_TYPE
 
 if TYPE_CHECKING:
@@ -20,19 +22,20 @@ if TYPE_CHECKING:
 
 
 class PullRequest(BaseModel):
-    request_id: str
-    block_ids: list[int]
+    request_id: SafeStr
+    block_ids: list[Count]
 
 
 class ReleaseRequest(BaseModel):
-    request_id: str
+    request_id: SafeStr
 
 
 def kv_router(kv: KVTransfer, auth: Callable[..., Any]) -> APIRouter:
     """The routes over `kv`; `auth` checks the API key."""
-    router = APIRouter(dependencies=[Depends(auth)])
+    router = APIRouter(dependencies=[Depends(auth)], responses=openapi_error_responses(400, 401))
 
-    @router.post("/kv/pull")
+    @router.post("/kv/pull", response_class=Response,
+                 responses={200: {"content": {FRAME_MEDIA_TYPE: {}}, "description": "the K/V frame"}})
     async def kv_pull(body: PullRequest) -> Response:
         return Response(await kv.prefill.serve_pull(body.request_id, body.block_ids), media_type=FRAME_MEDIA_TYPE)
 

@@ -25,9 +25,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from engine import protocol
-from engine.errors import EngineDraining, EngineError, InvalidRequest, Unauthorized
+from engine.errors import EngineError, InvalidRequest, Unauthorized, openapi_error_responses
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.reference.config import EngineConfig
 from engine.reference.engine_port import EnginePort
@@ -73,10 +74,6 @@ class Serving:
         engine.add_step_listener(self.metrics.on_step)
         if self.publisher is not None:
             engine.add_step_listener(self.publisher.on_step)
-
-    async def refuse_while_draining(self) -> None:
-        if self.lifecycle.draining:
-            raise EngineDraining("the engine is draining; retry on another engine")
 
     def begin_drain(self) -> None:
         """Stop taking requests; exit once in-flight ones finish and held K/V is pulled (or the grace ends)."""
@@ -128,7 +125,8 @@ def build_app(engine: EnginePort, config: EngineConfig, on_exit: Callable[[], No
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
     auth = _auth_dependency(config.api_key)
-    app.include_router(_openai_router(serving), dependencies=[Depends(auth), Depends(serving.refuse_while_draining)])
+    refuse_while_draining = Depends(serving.lifecycle.refuse_while_draining)
+    app.include_router(_openai_router(serving), dependencies=[Depends(auth), refuse_while_draining])
     app.include_router(serving.kv.router(auth))
     app.include_router(_admin_router(serving, auth))
     return app
@@ -180,6 +178,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         log.exception("unhandled error on %s", request.url.path)
         return error_response(EngineError(f"internal error: {type(exc).__name__}"))
 
+    @app.exception_handler(HTTPException)
+    async def framework_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """An unknown route or method, in the same shape as every other error."""
+        error_type = "NotFoundError" if exc.status_code == 404 else "BadRequestError"
+        body = protocol.error_body(str(exc.detail), None, exc.status_code, error_type)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -200,18 +205,19 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
     router = APIRouter()
     engine, config = serving.engine, serving.config
 
-    @router.get("/health")
+    @router.get("/health", responses={
+        **openapi_error_responses(), 503: {"description": "not ready, or draining (with Retry-After); no body"}})
     async def health() -> Response:
         if serving.lifecycle.draining:
             return Response(status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         return Response(status_code=200 if getattr(engine, "ready", True) else 503)
 
-    @router.get("/metrics")
+    @router.get("/metrics", responses=openapi_error_responses())
     async def metrics() -> Response:
         serving.metrics.record_scheduler(engine.stats())
         return Response(serving.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @router.post("/tokenize")
+    @router.post("/tokenize", responses=openapi_error_responses(400))
     async def tokenize(body: protocol.TokenizeRequest) -> dict:
         body.check(serving.model_name)
         if body.messages is not None:
@@ -221,18 +227,18 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
             tokens = serving.text_prompt(body.prompt, body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": config.max_model_len}
 
-    @router.post("/detokenize")
+    @router.post("/detokenize", responses=openapi_error_responses(400))
     async def detokenize(body: protocol.DetokenizeRequest) -> dict:
         vocab = len(engine.tokenizer)
         if any(not 0 <= t < vocab for t in body.tokens):
             raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
         return {"prompt": engine.tokenizer.decode(body.tokens)}
 
-    @router.post("/reset_prefix_cache", dependencies=[Depends(auth)])
+    @router.post("/reset_prefix_cache", dependencies=[Depends(auth)], responses=openapi_error_responses(401))
     async def reset_prefix_cache() -> dict:
         return {"reset": bool(await engine.reset_prefix_cache())}
 
-    @router.post("/drain", status_code=202, dependencies=[Depends(auth)])
+    @router.post("/drain", status_code=202, dependencies=[Depends(auth)], responses=openapi_error_responses(401))
     async def drain() -> dict:
         serving.begin_drain()
         return {"status": "draining", "in_flight": serving.lifecycle.in_flight, "grace_s": config.drain_grace_s}
@@ -243,10 +249,15 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
 # --- OpenAI routes ------------------------------------------------------------------------------------
 
 
+# A generation can be refused (400, 401, 503 while draining) or fail its P/D K/V transfer (502). Errors found
+# after an SSE stream started are reported in-band, as a `data: {"error": ...}` event before [DONE].
+_GENERATION_ERRORS = openapi_error_responses(400, 401, 502, 503)
+
+
 def _openai_router(serving: Serving) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses=openapi_error_responses(401, 503))
     async def models() -> dict:
         card = {
             "id": serving.model_name, "object": "model", "created": int(time.time()), "owned_by": "fleetctl",
@@ -255,13 +266,13 @@ def _openai_router(serving: Serving) -> APIRouter:
         }
         return {"object": "list", "data": [card]}
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", responses=_GENERATION_ERRORS)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         body.check(serving.model_name)
         prompt_ids = serving.text_prompt(body.single_prompt)
         return await Generation(serving, request, body, prompt_ids, chat=False).respond()
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", responses=_GENERATION_ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         body.check(serving.model_name)
         prompt_ids = serving.chat_prompt(body.chat_messages(), body.add_generation_prompt)

@@ -33,6 +33,11 @@ class Lifecycle:
         self._idle.set()
         self._drain_task: asyncio.Task | None = None
 
+    async def refuse_while_draining(self) -> None:
+        """A route dependency: 503 (EngineDraining) once the drain started."""
+        if self.draining:
+            raise EngineDraining("the engine is draining; retry on another engine")
+
     def admit(self) -> None:
         if self.draining:
             raise EngineDraining("the engine is draining; retry on another engine")
