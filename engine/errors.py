@@ -1,7 +1,32 @@
 """The engine error family. Each error knows its HTTP status and, where it has one, the request field
-at fault; servers render them as OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}."""
+at fault; servers render them as OpenAI-style bodies: {"error": {"message", "type", "param", "code"}}
+(`ErrorBody`, the schema the engine's OpenAPI document declares for every error response).
+
+Invariant: a rendered body always encodes as UTF-8 JSON, even when its message or field name quotes input
+holding a NUL or an unpaired surrogate (they are escaped, `printable`).
+"""
 
 from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(description="what is wrong, for a person")
+    type: str = Field(description="the error class, e.g. BadRequestError, ServiceUnavailableError")
+    param: str | None = Field(default=None, description="the request field at fault, dotted (messages.0.role)")
+    code: int = Field(description="the HTTP status")
+
+
+class ErrorBody(BaseModel):
+    """Every error response of the engine, in OpenAI's shape."""
+
+    error: ErrorDetail
+
+
+def printable(text: str) -> str:
+    """`text` with NULs and unpaired surrogates escaped, so that it encodes as UTF-8 JSON."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 class EngineError(Exception):
@@ -14,12 +39,17 @@ class EngineError(Exception):
         self.param = param
 
     def to_body(self) -> dict:
+        return self.body(self.message, self.param, self.status_code, self.error_type)
+
+    @staticmethod
+    def body(message: str, param: str | None, status: int, error_type: str) -> dict:
+        """An ErrorBody as plain JSON."""
         return {
             "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.status_code,
+                "message": printable(message),
+                "type": error_type,
+                "param": None if param is None else printable(param),
+                "code": status,
             }
         }
 
@@ -64,3 +94,25 @@ class KVTransferError(EngineError):
 
     status_code = 502
     error_type = "KVTransferError"
+
+
+_STATUS_MEANINGS = {
+    400: "invalid request; `param` names the field at fault",
+    401: "missing or wrong API key",
+    404: "no such route",
+    429: "no capacity now; retry after Retry-After seconds",
+    500: "internal error",
+    502: "the K/V transfer from the prefill engine failed (kv_load_failure_policy fail)",
+    503: "draining or shutting down; retry on another engine after Retry-After seconds",
+}
+
+
+def openapi_error_responses(*statuses: int) -> dict[int | str, dict]:
+    """A route's OpenAPI `responses` for the errors it can answer (500 always), each an ErrorBody. "default"
+    covers what the framework itself answers (an unknown route or method), in the same shape; it also keeps
+    FastAPI from declaring the 422 the engine never sends (validation errors are 400)."""
+    responses: dict[int | str, dict] = {
+        status: {"model": ErrorBody, "description": _STATUS_MEANINGS[status]} for status in sorted({*statuses, 500})
+    }
+    responses["default"] = {"model": ErrorBody, "description": "any other error"}
+    return responses

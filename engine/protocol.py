@@ -1,7 +1,10 @@
 """OpenAI-compatible request types with vLLM's extras, validated so that every error names the bad field.
 
 Two layers of checks:
-- pydantic checks types and ranges (`temperature >= 0`, `top_p in (0, 1]`, `logprobs <= 20`, ...). A failure
+- pydantic checks types and ranges (`temperature >= 0`, `top_p in (0, 1]`, `logprobs <= 20`, ...). Every number
+  is bounded to what it means (token counts and ids fit 32 bits, a seed 64) and finite (no NaN or infinity);
+  every string, including those inside kv_transfer_params, refuses a NUL or an unpaired surrogate
+  (engine.contract.bounds), so nothing a tokenizer or JSON writer would choke on gets past the door. A failure
   is a FastAPI RequestValidationError whose `loc` names the field; `param_from_loc` turns it into the
   `param` of the OpenAI error body, and the server answers 400 (as vLLM does), not FastAPI's 422.
 - `check(served_model_name)` checks what pydantic cannot see field by field (stream_options without stream,
@@ -18,16 +21,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.contract.bounds import INT32_MAX, Count32, Finite, Fraction, Int64, NonNegative, SafeJson, SafeStr
+from engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from engine.reference.outputs import TokenLogprob
 from engine.reference.sampling_params import SamplingParams
 
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
-_INT64 = 2**63
+
+# A number of tokens, or a token id: no context window or vocabulary comes near 2**31.
+TokenCount = Annotated[int, Field(ge=1, le=INT32_MAX)]
+TokenId = Count32
+JsonObject = dict[SafeStr, SafeJson]  # free-form (kv_transfer_params, tools): only its strings are checked
 
 
 class _Lenient(BaseModel):
@@ -44,32 +52,32 @@ class _SamplingRequest(_Lenient):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     prompt_field: ClassVar[str] = "prompt"  # the field a too-long prompt is reported against
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=-_INT64, lt=_INT64)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    model: SafeStr | None = None
+    max_tokens: TokenCount | None = None
+    temperature: NonNegative | None = None
+    top_p: Fraction | None = Field(default=None, gt=0.0)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # -1 and 0: disabled
+    min_p: Fraction | None = None
+    seed: Int64 | None = None
+    stop: SafeStr | list[SafeStr] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
-    min_tokens: int = Field(default=0, ge=0)
+    min_tokens: Count32 = 0
     include_stop_str_in_output: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, le=INT32_MAX)
     echo: bool = False
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: JsonObject | None = None
     return_tokens_as_token_ids: bool = False
     # Accepted for compatibility; only their neutral values are supported.
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    best_of: int | None = None
+    presence_penalty: Finite | None = None
+    frequency_penalty: Finite | None = None
+    repetition_penalty: Finite | None = None
+    best_of: Count32 | None = None
     use_beam_search: bool = False
-    prompt_logprobs: int | None = None
-    user: str | None = None
+    prompt_logprobs: Count32 | None = None
+    user: SafeStr | None = None
 
     def check(self, served_model_name: str) -> None:
         """Cross-field and server-dependent checks; raise InvalidRequest naming the field."""
@@ -162,9 +170,9 @@ class _SamplingRequest(_Lenient):
 class CompletionRequest(_SamplingRequest):
     """POST /v1/completions. One prompt (a string or token ids); a batch of more than one is refused."""
 
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: SafeStr | list[TokenId] | list[SafeStr] | list[list[TokenId]]
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    suffix: str | None = None
+    suffix: SafeStr | None = None
 
     def check(self, served_model_name: str) -> None:
         super().check(served_model_name)
@@ -191,13 +199,13 @@ class CompletionRequest(_SamplingRequest):
 
 class ContentPart(_Lenient):
     type: Literal["text"]
-    text: str
+    text: SafeStr
 
 
 class ChatMessage(_Lenient):
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    content: SafeStr | list[ContentPart] | None = None
+    name: SafeStr | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -214,9 +222,9 @@ class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: TokenCount | None = None
     add_generation_prompt: bool = True
-    tools: list[dict[str, Any]] | None = None
+    tools: list[JsonObject] | None = None
 
     def check(self, served_model_name: str) -> None:
         super().check(served_model_name)
@@ -241,11 +249,12 @@ class ChatCompletionRequest(_SamplingRequest):
 
 
 class TokenizeRequest(_Lenient):
-    """POST /tokenize: a prompt or chat messages."""
+    """POST /tokenize: a prompt or chat messages (at least one: a chat template has nothing to render
+    from none)."""
 
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    model: SafeStr | None = None
+    prompt: SafeStr | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     add_generation_prompt: bool = True
     add_special_tokens: bool = True
 
@@ -257,8 +266,10 @@ class TokenizeRequest(_Lenient):
 
 
 class DetokenizeRequest(_Lenient):
-    model: str | None = None
-    tokens: list[int]
+    """POST /detokenize: token ids back to text."""
+
+    model: SafeStr | None = None
+    tokens: list[TokenId]
 
 
 # --- errors --------------------------------------------------------------------------------------------
@@ -269,11 +280,16 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "function-a
 def param_from_loc(loc: tuple | list) -> str:
     """A pydantic error location as a dotted field name: ("body", "messages", 0, "role") -> "messages.0.role".
 
-    Union-member tags pydantic inserts ("str", "list[int]", "ContentPart") are dropped; a location with no
-    field (malformed JSON) is "body"."""
+    Union-member tags pydantic inserts ("str", "list[int]", "ContentPart") are dropped; a bad dict key names
+    the dict (the key itself may be what cannot be printed); a location with no field (malformed JSON) is
+    "body"."""
     parts = [p for p in loc if p != "body"]
     names: list[str] = []
     for part in parts:
+        if part == "[key]":
+            if names:
+                names.pop()
+            continue
         if isinstance(part, int):
             if names:  # a list index after a field; a JSON-decode position has no field before it
                 names.append(str(part))
@@ -286,7 +302,8 @@ def param_from_loc(loc: tuple | list) -> str:
 
 
 def error_body(message: str, param: str | None, status: int = 400, error_type: str = "BadRequestError") -> dict:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+    """The OpenAI-style error body (engine.errors.ErrorBody's shape)."""
+    return EngineError.body(message, param, status, error_type)
 
 
 # --- responses ------------------------------------------------------------------------------------------

@@ -1,145 +1,44 @@
 """The reference engine's HTTP API: OpenAI-compatible endpoints, vLLM's extras, /metrics, P/D K/V transfer.
 
-`build_app(engine, config)` wires a started AsyncEngine into a FastAPI app:
-- /v1/completions, /v1/chat/completions: JSON or SSE (`data: {chunk}` ... `data: [DONE]`, a `: keep-alive`
-  comment every keepalive_interval_s while a stream waits for its next token, a usage chunk with
-  stream_options.include_usage). P/D: `kv_transfer_params.do_remote_decode` holds (and optionally pushes)
-  the prompt's blocks and returns kv_transfer_params; `do_remote_prefill` loads them (engine.reference.kv_transfer).
+`build_app(engine, config)` wires a started engine (anything with engine.reference.engine_port's
+`EnginePort`: `AsyncEngine` in production) into a FastAPI app:
+- /v1/completions, /v1/chat/completions: validated here, answered by engine.reference.server_generation (JSON
+  or SSE). P/D: `kv_transfer_params.do_remote_decode` holds (and optionally pushes) the prompt's blocks and
+  returns kv_transfer_params; `do_remote_prefill` loads them (engine.reference.kv_transfer).
 - /v1/models, /health, /tokenize, /detokenize, /reset_prefix_cache, /metrics, /drain, /kv/{pull,push,release}.
 - Every error is an OpenAI-style body {"error": {"message", "type", "param", "code"}}: engine.errors render
   themselves; pydantic validation errors become 400 naming the field (not FastAPI's 422), as in vLLM.
-- A client that goes away aborts its request (the engine frees its blocks).
-- Draining (POST /drain, or SIGTERM via __main__): /health and new /v1 requests answer 503 with Retry-After,
+- Draining (engine.reference.server_lifecycle): /health and new /v1 requests answer 503 with Retry-After,
   in-flight requests get drain_grace_s to finish, then `on_exit` is called to stop the process.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from engine import protocol
-from engine.errors import EngineDraining, EngineError, InvalidRequest, Unauthorized
-from engine.protocol import ChatCompletionRequest, CompletionRequest, LogprobFormatter, ResponseHeader
+from engine.errors import EngineError, InvalidRequest, Unauthorized, openapi_error_responses
+from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.reference.config import EngineConfig
+from engine.reference.engine_port import EnginePort
 from engine.reference.kv_event_publisher import KVEventPublisher
 from engine.reference.kv_transfer import KVTransfer
 from engine.reference.metrics import CacheInfo, EngineMetrics
-from engine.reference.outputs import RequestOutput
-from engine.reference.sampling_params import SamplingParams
+from engine.reference.server_generation import Generation
+from engine.reference.server_lifecycle import RETRY_AFTER_S, Lifecycle
 
 log = logging.getLogger(__name__)
-
-RETRY_AFTER_S = 1
-_DISCONNECT_POLL_S = 0.5  # how often a non-streaming request checks whether its client is still there
-
-
-# --- lifecycle: ready, draining, exit -----------------------------------------------------------------
-
-
-class Lifecycle:
-    """Counts in-flight generation requests and runs the drain: refuse new ones, let old ones finish, exit."""
-
-    def __init__(self, grace_s: float, on_exit: Callable[[], None] | None):
-        self.grace_s = grace_s
-        self.on_exit = on_exit
-        self.draining = False
-        self.in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._drain_task: asyncio.Task | None = None
-
-    def admit(self) -> None:
-        if self.draining:
-            raise EngineDraining("the engine is draining; retry on another engine")
-        self.in_flight += 1
-        self._idle.clear()
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self._idle.set()
-
-    def start_drain(self, wait_also: Callable[[], bool] = lambda: False) -> None:
-        """Idempotent. `wait_also` is polled too (e.g. K/V still held for a pull)."""
-        if self._drain_task is None:
-            self.draining = True
-            self._drain_task = asyncio.get_running_loop().create_task(self._drain(wait_also))
-
-    async def _drain(self, wait_also: Callable[[], bool]) -> None:
-        log.info("draining: %d request(s) in flight, grace %.1fs", self.in_flight, self.grace_s)
-        deadline = time.monotonic() + self.grace_s
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), self.grace_s)
-        while wait_also() and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        if self.in_flight:
-            log.warning("drain grace over with %d request(s) still in flight", self.in_flight)
-        if self.on_exit is not None:
-            self.on_exit()
-
-
-# --- one request's outputs ----------------------------------------------------------------------------
-
-_PENDING = object()  # next() timed out: nothing new yet
-_END = object()  # the engine's stream ended
-
-
-class OutputStream:
-    """An engine request's outputs, awaited with a timeout without cancelling the request on timeout.
-
-    close() aborts the request if it is not finished (the engine frees its blocks)."""
-
-    def __init__(self, outputs: AsyncIterator[RequestOutput]):
-        self._outputs = outputs
-        self._next: asyncio.Future | None = None
-
-    async def next(self, timeout_s: float | None) -> Any:
-        """The next RequestOutput, _PENDING after timeout_s, _END at the end; engine errors raise."""
-        if self._next is None:
-            self._next = asyncio.ensure_future(self._outputs.__anext__())
-        done, _ = await asyncio.wait({self._next}, timeout=timeout_s)
-        if not done:
-            return _PENDING
-        future, self._next = self._next, None
-        try:
-            return future.result()
-        except StopAsyncIteration:
-            return _END
-
-    async def close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            if self._next is not None and not self._next.done():
-                self._next.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._next
-            await self._outputs.aclose()
-
-
-class Accumulated:
-    """A request's outputs folded into what a non-streaming response needs."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.logprobs: list = []
-        self.last: RequestOutput | None = None
-
-    def add(self, output: RequestOutput) -> None:
-        self.text += output.new_text
-        self.logprobs += output.new_logprobs or []
-        self.last = output
 
 
 # --- the app ------------------------------------------------------------------------------------------
@@ -148,7 +47,7 @@ class Accumulated:
 class Serving:
     """Everything the routes share: the engine, its settings, metrics, P/D transfer, the lifecycle."""
 
-    def __init__(self, engine: Any, config: EngineConfig, on_exit: Callable[[], None] | None):
+    def __init__(self, engine: EnginePort, config: EngineConfig, on_exit: Callable[[], None] | None):
         self.engine = engine
         self.config = config
         self.model_name = config.served_model_name
@@ -176,10 +75,6 @@ class Serving:
         if self.publisher is not None:
             engine.add_step_listener(self.publisher.on_step)
 
-    async def refuse_while_draining(self) -> None:
-        if self.lifecycle.draining:
-            raise EngineDraining("the engine is draining; retry on another engine")
-
     def begin_drain(self) -> None:
         """Stop taking requests; exit once in-flight ones finish and held K/V is pulled (or the grace ends)."""
         self.lifecycle.start_drain(wait_also=lambda: len(self.kv.held) > 0)
@@ -198,7 +93,7 @@ class Serving:
         return list(prompt)
 
 
-def _largest_frame(engine: Any, config: EngineConfig) -> int:
+def _largest_frame(engine: EnginePort, config: EngineConfig) -> int:
     """A P/D engine keeps a frame buffer this large ready, so its first transfer pays no page faults."""
     return config.max_model_len * engine.bytes_per_block // engine.block_size
 
@@ -209,7 +104,7 @@ def _make_publisher(config: EngineConfig) -> KVEventPublisher | None:
     return KVEventPublisher(config.kv_events_endpoint, config.kv_events_replay_endpoint, config.kv_events_topic)
 
 
-def build_app(engine: Any, config: EngineConfig, on_exit: Callable[[], None] | None = None) -> FastAPI:
+def build_app(engine: EnginePort, config: EngineConfig, on_exit: Callable[[], None] | None = None) -> FastAPI:
     """The HTTP app for a started engine. `on_exit` is called when a drain completes (the process should stop)."""
     serving = Serving(engine, config, on_exit)
 
@@ -230,7 +125,8 @@ def build_app(engine: Any, config: EngineConfig, on_exit: Callable[[], None] | N
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
     auth = _auth_dependency(config.api_key)
-    app.include_router(_openai_router(serving), dependencies=[Depends(auth), Depends(serving.refuse_while_draining)])
+    refuse_while_draining = Depends(serving.lifecycle.refuse_while_draining)
+    app.include_router(_openai_router(serving), dependencies=[Depends(auth), refuse_while_draining])
     app.include_router(serving.kv.router(auth))
     app.include_router(_admin_router(serving, auth))
     return app
@@ -282,6 +178,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         log.exception("unhandled error on %s", request.url.path)
         return error_response(EngineError(f"internal error: {type(exc).__name__}"))
 
+    @app.exception_handler(HTTPException)
+    async def framework_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """An unknown route or method, in the same shape as every other error."""
+        error_type = "NotFoundError" if exc.status_code == 404 else "BadRequestError"
+        body = protocol.error_body(str(exc.detail), None, exc.status_code, error_type)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -302,18 +205,19 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
     router = APIRouter()
     engine, config = serving.engine, serving.config
 
-    @router.get("/health")
+    @router.get("/health", responses={
+        **openapi_error_responses(), 503: {"description": "not ready, or draining (with Retry-After); no body"}})
     async def health() -> Response:
         if serving.lifecycle.draining:
             return Response(status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         return Response(status_code=200 if getattr(engine, "ready", True) else 503)
 
-    @router.get("/metrics")
+    @router.get("/metrics", responses=openapi_error_responses())
     async def metrics() -> Response:
         serving.metrics.record_scheduler(engine.stats())
         return Response(serving.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @router.post("/tokenize")
+    @router.post("/tokenize", responses=openapi_error_responses(400))
     async def tokenize(body: protocol.TokenizeRequest) -> dict:
         body.check(serving.model_name)
         if body.messages is not None:
@@ -323,18 +227,18 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
             tokens = serving.text_prompt(body.prompt, body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": config.max_model_len}
 
-    @router.post("/detokenize")
+    @router.post("/detokenize", responses=openapi_error_responses(400))
     async def detokenize(body: protocol.DetokenizeRequest) -> dict:
         vocab = len(engine.tokenizer)
         if any(not 0 <= t < vocab for t in body.tokens):
             raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
         return {"prompt": engine.tokenizer.decode(body.tokens)}
 
-    @router.post("/reset_prefix_cache", dependencies=[Depends(auth)])
+    @router.post("/reset_prefix_cache", dependencies=[Depends(auth)], responses=openapi_error_responses(401))
     async def reset_prefix_cache() -> dict:
         return {"reset": bool(await engine.reset_prefix_cache())}
 
-    @router.post("/drain", status_code=202, dependencies=[Depends(auth)])
+    @router.post("/drain", status_code=202, dependencies=[Depends(auth)], responses=openapi_error_responses(401))
     async def drain() -> dict:
         serving.begin_drain()
         return {"status": "draining", "in_flight": serving.lifecycle.in_flight, "grace_s": config.drain_grace_s}
@@ -345,10 +249,15 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
 # --- OpenAI routes ------------------------------------------------------------------------------------
 
 
+# A generation can be refused (400, 401, 503 while draining) or fail its P/D K/V transfer (502). Errors found
+# after an SSE stream started are reported in-band, as a `data: {"error": ...}` event before [DONE].
+_GENERATION_ERRORS = openapi_error_responses(400, 401, 502, 503)
+
+
 def _openai_router(serving: Serving) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses=openapi_error_responses(401, 503))
     async def models() -> dict:
         card = {
             "id": serving.model_name, "object": "model", "created": int(time.time()), "owned_by": "fleetctl",
@@ -357,213 +266,16 @@ def _openai_router(serving: Serving) -> APIRouter:
         }
         return {"object": "list", "data": [card]}
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", responses=_GENERATION_ERRORS)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         body.check(serving.model_name)
         prompt_ids = serving.text_prompt(body.single_prompt)
         return await Generation(serving, request, body, prompt_ids, chat=False).respond()
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", responses=_GENERATION_ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         body.check(serving.model_name)
         prompt_ids = serving.chat_prompt(body.chat_messages(), body.add_generation_prompt)
         return await Generation(serving, request, body, prompt_ids, chat=True).respond()
 
     return router
-
-
-class Generation:
-    """One /v1 completion request, from validated body to JSON or SSE response."""
-
-    def __init__(self, serving: Serving, request: Request, body: Any, prompt_ids: list[int], chat: bool):
-        self.serving = serving
-        self.request = request
-        self.body = body
-        self.prompt_ids = prompt_ids
-        self.chat = chat
-        client_id = request.state.request_id
-        self.request_id = f"{client_id}-{uuid.uuid4().hex[:8]}"  # unique even if a client reuses its id
-        prefix = "chatcmpl" if chat else "cmpl"
-        self.header = ResponseHeader(f"{prefix}-{self.request_id}", serving.model_name)
-        self.logprobs = LogprobFormatter(serving.token_text, body.return_tokens_as_token_ids)
-        self.pusher = None
-        self.kv_transfer_params: dict | None = None
-        self._outputs_stream: OutputStream | None = None
-        self._first: Any = _PENDING
-        self._closed = False
-
-    async def respond(self) -> Response:
-        self.serving.lifecycle.admit()
-        try:
-            outputs = await self._start()
-        except BaseException:
-            await self._finish()
-            raise
-        if self.body.stream:
-            return _SSEResponse(self._sse(outputs), on_close=self._finish)
-        try:
-            return await self._complete(outputs)
-        finally:
-            await self._finish()
-
-    async def _start(self) -> OutputStream:
-        """Validate against the context window, do the P/D side work, and submit to the engine. Errors the
-        engine finds quickly (before its first output or within one keep-alive interval) raise here as HTTP errors."""
-        body, config = self.body, self.serving.config
-        params = body.to_sampling_params(body.resolve_max_tokens(len(self.prompt_ids), config.max_model_len))
-        outputs = self._outputs_stream = OutputStream(await self._submit(params))
-        self._first = await outputs.next(min(config.keepalive_interval_s, 1.0))
-        return outputs
-
-    async def _submit(self, params: SamplingParams) -> AsyncIterator[RequestOutput]:
-        body, kv, engine = self.body, self.serving.kv, self.serving.engine
-        engine.validate(self.prompt_ids, params)  # bad requests fail here as HTTP 400, before any P/D work
-        extra: dict[str, Any] = {}
-        if body.remote_prefill:
-            external = await kv.acquire(body.kv_transfer_params, self.prompt_ids)
-            if external is not None:
-                extra = {"external_kv": external.kv, "external_kv_tokens": external.num_tokens}
-        if body.remote_decode:
-            self.pusher = kv.push_sender(self.request_id, body.kv_transfer_params)
-            extra = {"hold_blocks": True, "kv_push": self.pusher}
-        return engine.generate(self.request_id, self.prompt_ids, params, **extra)
-
-    async def _finish(self) -> None:
-        """Abort the request if it is still running, stop pushing, and leave the in-flight count. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._outputs_stream is not None:
-            await self._outputs_stream.close()
-        if self.pusher is not None:
-            self.pusher.cancel()
-        self.serving.lifecycle.leave()
-
-    async def _outputs(self, outputs: OutputStream, timeout_s: float) -> AsyncIterator[RequestOutput | None]:
-        """The request's outputs; None whenever timeout_s passes without one."""
-        first, self._first = self._first, _PENDING
-        while True:
-            output = first if first is not _PENDING else await outputs.next(timeout_s)
-            first = _PENDING
-            if output is _END:
-                return
-            if output is _PENDING:
-                yield None
-                continue
-            await self._on_output(output)
-            yield output
-            if output.finished:
-                return
-
-    async def _on_output(self, output: RequestOutput) -> None:
-        if not output.finished:
-            return
-        if self.pusher is not None:
-            await self.pusher.finish(self.serving.config.kv_transfer_timeout_s)
-        if output.kv_transfer_params:
-            self.kv_transfer_params = self.serving.kv.finished_prefill(
-                output.kv_transfer_params, self.prompt_ids, prepare=self.pusher is None)
-
-    # non-streaming
-
-    async def _complete(self, outputs: OutputStream) -> Response:
-        acc = Accumulated()
-        next_check = time.monotonic() + _DISCONNECT_POLL_S
-        async for output in self._outputs(outputs, _DISCONNECT_POLL_S):
-            if output is not None:
-                acc.add(output)
-            if time.monotonic() >= next_check:  # whether tokens flow or not
-                next_check = time.monotonic() + _DISCONNECT_POLL_S
-                if await self.request.is_disconnected():
-                    log.info("client of %s went away; aborting", self.request_id)
-                    return Response(status_code=499)
-        if acc.last is None:
-            raise EngineError("the engine ended the request without output")
-        return JSONResponse(self._response_body(acc))
-
-    def _response_body(self, acc: Accumulated) -> dict:
-        last = acc.last
-        logprobs = None
-        if self.body.num_logprobs is not None:
-            logprobs = self.logprobs.chat(acc.logprobs) if self.chat else self.logprobs.completion(acc.logprobs)
-        make_choice = protocol.chat_choice if self.chat else protocol.completion_choice
-        body = self.header.fields("chat.completion" if self.chat else "text_completion")
-        body["choices"] = [make_choice(acc.text, logprobs, last.finish_reason, last.stop_reason)]
-        body["usage"] = protocol.usage(last.num_prompt_tokens, last.num_output_tokens, last.num_cached_tokens)
-        body["kv_transfer_params"] = self.kv_transfer_params
-        return body
-
-    # streaming
-
-    async def _sse(self, outputs: OutputStream) -> AsyncIterator[str]:
-        interval = self.serving.config.keepalive_interval_s
-        last: RequestOutput | None = None
-        try:
-            if self.chat:
-                role = protocol.chat_delta_choice({"role": "assistant", "content": ""}, None, None, None)
-                yield _data(self._chunk(role))
-            async for output in self._outputs(outputs, interval):
-                if output is None:
-                    yield ": keep-alive\n\n"
-                    continue
-                last = output
-                chunk = self._delta_chunk(output)
-                if chunk is not None:
-                    yield _data(chunk)
-            if last is not None and self.body.include_usage:
-                yield _data(self._usage_chunk(last))
-        except EngineError as exc:  # found after the stream started: reported in-band, as vLLM does
-            yield _data(exc.to_body())
-        finally:
-            await self._finish()
-        yield "data: [DONE]\n\n"
-
-    def _chunk(self, choice: dict) -> dict:
-        chunk = self.header.fields("chat.completion.chunk" if self.chat else "text_completion")
-        chunk["choices"] = [choice]
-        if self.body.include_usage:
-            chunk["usage"] = None
-        return chunk
-
-    def _delta_chunk(self, output: RequestOutput) -> dict | None:
-        if not output.new_text and not output.new_logprobs and not output.finished:
-            return None
-        logprobs = None
-        if self.body.num_logprobs is not None:
-            new = output.new_logprobs or []
-            logprobs = self.logprobs.chat(new) if self.chat else self.logprobs.completion(new)
-        if self.chat:
-            delta = {"content": output.new_text} if output.new_text or not output.finished else {}
-            choice = protocol.chat_delta_choice(delta, logprobs, output.finish_reason, output.stop_reason)
-        else:
-            choice = protocol.completion_choice(output.new_text, logprobs, output.finish_reason, output.stop_reason)
-        chunk = self._chunk(choice)
-        if output.finished and self.kv_transfer_params is not None:
-            chunk["kv_transfer_params"] = self.kv_transfer_params
-        return chunk
-
-    def _usage_chunk(self, last: RequestOutput) -> dict:
-        chunk = self.header.fields("chat.completion.chunk" if self.chat else "text_completion")
-        chunk["choices"] = []
-        chunk["usage"] = protocol.usage(last.num_prompt_tokens, last.num_output_tokens, last.num_cached_tokens)
-        return chunk
-
-
-class _SSEResponse(StreamingResponse):
-    """A StreamingResponse that always runs `on_close`, even if the client left before the stream started
-    (then Starlette never iterates the generator, and its `finally` would never run)."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], Any]):
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._on_close = on_close
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._on_close()
-
-
-def _data(obj: dict) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"

@@ -21,20 +21,20 @@ from hypothesis import strategies as st
 
 from engine.errors import InvalidRequest
 from engine.reference.config import EngineConfig
-from engine.reference.kv_transfer import HeldBlocks, KVStaging, KVTransfer, prompt_hash
+from engine.reference.kv_decode import KVStaging
+from engine.reference.kv_prefill import HeldBlocks, prompt_hash
+from engine.reference.kv_side_channel import FrameServer, StreamedFrame, pull_frame
+from engine.reference.kv_transfer import KVTransfer
 from engine.reference.kv_wire import (
     BufferPool,
     FrameBuffer,
     FrameHeader,
-    FrameServer,
     KVFrame,
     KVFrameError,
     KVPullRefused,
-    StreamedFrame,
     decode_frame,
     empty_kv,
     encode_frame,
-    pull_frame,
 )
 from engine.reference.llm_engine import LLMEngine
 from engine.reference.sampling_params import SamplingParams

@@ -273,6 +273,20 @@ def test_bad_chat_is_400_naming_the_field(tiny_engine: EngineProcess, fields: di
     assert chat(tiny_engine, max_tokens=2)["choices"][0]["finish_reason"] in ("length", "stop")
 
 
+BAD_TOKENIZE = [
+    (b'{"messages": []}', "messages"),
+    (b'{"prompt": "a\\ud800"}', "prompt"),
+    (b'{"messages": [{"role": "user", "content": "a\\u0000"}]}', "messages.0.content"),
+]
+
+
+@pytest.mark.parametrize("raw,field", BAD_TOKENIZE, ids=[f for _, f in BAD_TOKENIZE])
+def test_bad_tokenize_is_400_naming_the_field(tiny_engine: EngineProcess, raw: bytes, field: str) -> None:
+    response = tiny_engine.post("/tokenize", content=raw, headers={"content-type": "application/json"})
+    assert_bad_request(response, field)
+    assert tiny_engine.post("/tokenize", {"messages": CHAT}).status_code == 200
+
+
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b""])
 def test_malformed_body_is_400(tiny_engine: EngineProcess, raw: bytes) -> None:
     response = tiny_engine.post("/v1/completions", content=raw, headers={"content-type": "application/json"})

@@ -10,11 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from engine.errors import ContextLengthExceeded, InvalidRequest
+from engine.errors import ContextLengthExceeded, InvalidRequest, printable
 from engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
     LogprobFormatter,
+    TokenizeRequest,
+    error_body,
     param_from_loc,
 )
 from engine.reference.outputs import TokenLogprob
@@ -69,6 +72,79 @@ def test_any_non_negative_temperature_is_valid(temperature: float) -> None:
 def test_any_negative_temperature_is_refused(temperature: float) -> None:
     with pytest.raises(ValidationError):
         completion(temperature=temperature)
+
+
+# --- bounds: every number means something, every string can be encoded ----------------------------------
+
+NUL, SURROGATE = "a\x00b", "a\ud800b"
+
+
+@pytest.mark.parametrize("fields,field", [
+    ({"prompt": NUL}, "prompt"), ({"prompt": SURROGATE}, "prompt"), ({"prompt": ["ok", NUL]}, "prompt"),
+    ({"stop": NUL}, "stop"), ({"stop": ["x", SURROGATE]}, "stop"), ({"suffix": NUL}, "suffix"),
+    ({"model": SURROGATE}, "model"), ({"user": NUL}, "user"),
+    ({"kv_transfer_params": {"push_to": NUL}}, "kv_transfer_params.push_to"),
+    ({"kv_transfer_params": {"nested": {"deep": [SURROGATE]}}}, "kv_transfer_params.nested"),
+    ({"kv_transfer_params": {NUL: True}}, "kv_transfer_params"),
+])
+def test_completion_strings_refuse_nul_and_lone_surrogates(fields: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        CompletionRequest(**{"prompt": "hello", **fields})
+    assert field_of(err.value) == field
+
+
+@pytest.mark.parametrize("message,field", [
+    ({"role": "user", "content": NUL}, "messages.0.content"),
+    ({"role": "user", "content": SURROGATE}, "messages.0.content"),
+    ({"role": "user", "content": [{"type": "text", "text": NUL}]}, "messages.0.content"),
+    ({"role": "user", "content": "hi", "name": SURROGATE}, "messages.0.name"),
+])
+def test_chat_strings_refuse_nul_and_lone_surrogates(message: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        ChatCompletionRequest(messages=[message])
+    assert field_of(err.value) == field
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                                  "repetition_penalty"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_floats_refuse_nan_and_infinity(name: str, value: float) -> None:
+    with pytest.raises(ValidationError) as err:
+        completion(**{name: value})
+    assert field_of(err.value) == name
+
+
+@pytest.mark.parametrize("fields,field", [
+    ({"max_tokens": 2**31}, "max_tokens"), ({"top_k": 2**31}, "top_k"), ({"min_tokens": 2**31}, "min_tokens"),
+    ({"n": 2**31}, "n"), ({"best_of": 2**31}, "best_of"), ({"prompt_logprobs": -1}, "prompt_logprobs"),
+    ({"stop_token_ids": [-1]}, "stop_token_ids.0"), ({"stop_token_ids": [2**31]}, "stop_token_ids.0"),
+    ({"seed": -(2**63) - 1}, "seed"), ({"prompt": [2**31]}, "prompt"), ({"prompt": [[-1]]}, "prompt"),
+])
+def test_integers_are_bounded_to_what_they_mean(fields: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        CompletionRequest(**{"prompt": "hello", **fields})
+    assert field_of(err.value) == field
+
+
+def test_the_bounds_keep_every_meaningful_value() -> None:
+    request = completion(max_tokens=2**31 - 1, top_k=-1, seed=-(2**63), stop_token_ids=[0, 2**31 - 1],
+                         temperature=0.0, top_p=1.0, min_p=0.0, kv_transfer_params={"remote_port": 8100})
+    assert request.max_tokens == 2**31 - 1 and request.seed == -(2**63) and request.stop_token_ids[-1] == 2**31 - 1
+    assert ChatCompletionRequest(messages=[{"role": "user", "content": "é ✓ 🌊"}]).chat_messages()[0]["content"] == "é ✓ 🌊"
+
+
+@pytest.mark.parametrize("model,fields,field", [
+    (TokenizeRequest, {"messages": []}, "messages"),
+    (TokenizeRequest, {"prompt": SURROGATE}, "prompt"),
+    (TokenizeRequest, {"messages": [{"role": "user", "content": NUL}]}, "messages.0.content"),
+    (TokenizeRequest, {"prompt": "x", "model": NUL}, "model"),
+    (DetokenizeRequest, {"tokens": [-1]}, "tokens.0"),
+    (DetokenizeRequest, {"tokens": [2**31]}, "tokens.0"),
+])
+def test_tokenizer_requests_name_the_field(model: type, fields: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        model(**fields)
+    assert field_of(err.value) == field
 
 
 # --- cross-field checks --------------------------------------------------------------------------------
@@ -157,9 +233,18 @@ def test_unknown_fields_are_ignored_as_vllm_does() -> None:
     (("body", "messages", 0, "content", "str"), "messages.0.content"), (("body", 17), "body"), (("body",), "body"),
     (("body", "stream_options", "include_usage"), "stream_options.include_usage"),
     (("body", "messages", 1, "content", "list[ContentPart]", 0, "type"), "messages.1.content.0.type"),
+    (("body", "kv_transfer_params", "\x00", "[key]"), "kv_transfer_params"),
 ])
 def test_param_from_loc(loc: tuple, param: str) -> None:
     assert param_from_loc(loc) == param
+
+
+def test_an_error_body_escapes_what_json_cannot_carry() -> None:
+    body = error_body("bad \ud800 and \x00", "kv_transfer_params.\x00")
+    assert body["error"]["message"] == "bad \\ud800 and \\x00"
+    assert body["error"]["param"] == "kv_transfer_params.\\x00"
+    assert printable("plain é") == "plain é"
+    body["error"]["message"].encode("utf-8")  # would raise on a lone surrogate
 
 
 # --- logprobs ------------------------------------------------------------------------------------------
