@@ -85,8 +85,10 @@ def reply_body(generation: int, assignment_json: str, interval_s: float) -> byte
 
 class HeartbeatBuffer:
     def __init__(self, store: Store, on_came_back: Callable[[], None], metrics_refresh_s: float = 5.0,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 on_dropped: Callable[[str], None] = lambda _reason: None):
         self.store = store
+        self.on_dropped = on_dropped  # a beat the store refused was dropped, for this reason (a metric)
         self.clock = clock
         self.on_came_back = on_came_back  # a node that was down beat again: placement may change
         self.metrics_refresh_s = metrics_refresh_s
@@ -214,6 +216,7 @@ class HeartbeatBuffer:
         reason = drop_reason(exc)
         with self._lock:
             self.dropped[reason] += 1
+        self.on_dropped(reason)
         log.error("dropped the heartbeat of node %r: the store refused it (%s: %s)", req.node, reason,
                   " ".join(str(exc).split())[:300])
         entry = audit.AuditRecord(actor=CONTROLLER, action="agent.heartbeat", target=req.node, reason=None,

@@ -1,4 +1,4 @@
-"""Leader election for the reconciler.
+"""Leader election for the reconcilers (reconcile/runner.py checks it at the start of every pass).
 
 SQLite: one controller process owns the file, so it is always the leader.
 PostgreSQL: the leader holds a session-level advisory lock on a dedicated connection (no pool, so closing

@@ -42,6 +42,9 @@ def test_a_beat_the_store_refuses_is_dropped_and_the_others_are_written(api: Api
     assert api.runtime.heartbeats.pending == 0
     assert heartbeat_at(api, "good") > before  # written despite its neighbour
     assert sum(api.runtime.heartbeats.dropped.values()) == 1
+    exposition = api.call("GET", "/metrics", role=None).text
+    dropped_lines = [line for line in exposition.splitlines() if line.startswith("fleet_controller_heartbeat_dropped_total{")]
+    assert len(dropped_lines) == 1 and dropped_lines[0].endswith(" 1.0")
     events = api.call("GET", "/api/v1/audit", role="viewer").json()
     dropped = [e for e in events if e["code"] == "heartbeat_dropped"]
     assert [e["target"] for e in dropped] == ["evil"]

@@ -15,6 +15,7 @@ from fleetctl.controller.api.routes_agents import router as agents_router
 from fleetctl.controller.api.routes_classes import router as classes_router
 from fleetctl.controller.api.routes_deployments import router as deployments_router
 from fleetctl.controller.api.routes_gateways import router as gateways_router
+from fleetctl.controller.api.routes_metrics import router as metrics_router
 from fleetctl.controller.api.routes_nodes import router as nodes_router
 from fleetctl.controller.api.routes_policy import router as policy_router
 from fleetctl.controller.api.routes_status import router as status_router
@@ -22,7 +23,7 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router,
-           gateways_router, admin_router)
+           gateways_router, admin_router, metrics_router)
 
 
 def create_app(settings: ControllerSettings | None = None, runtime: ControllerRuntime | None = None) -> FastAPI:
