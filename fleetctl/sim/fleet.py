@@ -8,7 +8,7 @@ exceeds `max_model_len` is refused by the engine (as vLLM answers 400) and fails
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fleetctl.gateway.admission import AdmissionRequest, ModelLoadSnapshot
 from fleetctl.sim.engines import DecodeEngine, EngineConstants, PrefillEngine
@@ -35,16 +35,16 @@ class FleetShape:
             raise ValueError(f"engine speeds must be positive: {self.constants}")
 
 
-@dataclass(eq=False)
 class Fleet:
-    shape: FleetShape
-    events: EventQueue = field(default_factory=EventQueue)
+    """One run's engines and clock; `simulate` feeds it arrivals and engine events."""
 
-    def __post_init__(self) -> None:
-        c = self.shape.constants
-        self.prefill = [PrefillEngine(f"p{i}", c.prefill_tokens_per_s) for i in range(self.shape.n_prefill)]
-        self.decode = [DecodeEngine(f"d{i}", self.shape.max_num_seqs, self.shape.kv_capacity_tokens, c)
-                       for i in range(self.shape.n_decode)]
+    def __init__(self, shape: FleetShape) -> None:
+        self.shape = shape
+        self.events = EventQueue()
+        c = shape.constants
+        self.prefill = [PrefillEngine(f"p{i}", c.prefill_tokens_per_s) for i in range(shape.n_prefill)]
+        self.decode = [DecodeEngine(f"d{i}", shape.max_num_seqs, shape.kv_capacity_tokens, c)
+                       for i in range(shape.n_decode)]
         self._prefill_by_name = {e.name: e for e in self.prefill}
         self._decode_by_name = {e.name: e for e in self.decode}
 

@@ -5,6 +5,8 @@ Engines: prefill 128 tokens/s; a decode step takes 0.125 + 0.0625 x batch s (0.1
 
 from __future__ import annotations
 
+import pytest
+
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.sim import (
     EngineConstants,
@@ -93,3 +95,10 @@ def test_the_horizon_fails_what_is_unfinished_or_not_yet_arrived():
     assert a.first_token_s == 1.1875
     assert b.outcome is Outcome.FAILED and b.reason == "not finished at the horizon (1.2s): 0 of 1 tokens generated"
     assert late.outcome is Outcome.FAILED and late.reason == "arrives after the horizon (1.2s)"
+
+
+def test_a_fleet_without_engines_or_speed_is_refused():
+    with pytest.raises(ValueError, match="at least one"):
+        FleetShape(n_prefill=0, n_decode=1, constants=CONSTANTS)
+    with pytest.raises(ValueError, match="speeds must be positive"):
+        FleetShape(n_prefill=1, n_decode=1, constants=EngineConstants(0.0, 0.1, 0.0))
