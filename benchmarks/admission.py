@@ -3,34 +3,29 @@
     .venv/bin/python benchmarks/admission.py [--quick] [--rate 2] [--minutes 10] [--slices 0,1200,2400]
         [--scenarios 1.25:1.25,1.25:1.0,1.5:1.5] [--ttft-slo-s 5] [--calibrate] [--live]
 
-A SIMULATION, driven by the same pure functions the gateway calls: every arrival builds a
+A SIMULATION, `fleetctl.sim`, driven by the same pure functions the gateway calls: every arrival builds a
 `fleetctl.gateway.admission.ModelLoadSnapshot` of the simulated fleet and asks `admit_on_predicted_load`
 (ours; `ModelSLO(ttft_slo_s)`) or `admit_on_observed_load` (the baseline; `ObservedLoadThresholds`)
 whether to admit, and where to. A run that admits everything (`none`) gives the scale. Both policies are
 also run at other settings (the predictor's limit as a fraction of the SLO; the baseline's max_waiting), so
-each can be compared at its default AND at its best.
+each can be compared at its default AND at its best. This file is the driver: workload, fleet sizes,
+policies and figures; the model (discrete events, exact times) is described in `fleetctl.sim`'s modules.
 
-The model (discrete events, exact times):
-- requests: ../shared/traces/azure_llm_2023_conv.csv, `--minutes` of trace time from each of `--slices`,
-  arrivals compressed `--rate` times (2: twice the rate); prompt = ContextTokens / `--prompt-scale` (8),
-  output = GeneratedTokens / `--output-scale` (4), scaled so the reference engine's constants give a fleet
-  of a few engines; max_tokens = the output length (`--max-tokens-factor` makes clients ask for more). A
-  rejected request is lost (no retry).
-- P/D fleet: prefill engines, each a FIFO token server at `prefill_tokens_per_s`; decode engines, each a
-  continuous batch of at most `max_num_seqs`, one token per sequence per step, a step taking
-  `decode_step_base_s + decode_step_per_seq_s x batch`. KV as vLLM: a sequence joins the batch when a slot
-  and KV for what it holds are free, grows one token per step, and when the pool (`--kv-cache-mib` of
-  SmolLM2 float32 KV) runs out the newest sequences are preempted and later recomputed (the recompute is
-  added to that step at the prefill rate). TTFT = arrival -> the end of the request's first decode step.
+- requests (`fleetctl.sim.workload.trace_slice`): ../shared/traces/azure_llm_2023_conv.csv, `--minutes`
+  of trace time from each of `--slices`, arrivals compressed `--rate` times (2: twice the rate); prompt =
+  ContextTokens / `--prompt-scale` (8), output = GeneratedTokens / `--output-scale` (4), scaled so the
+  reference engine's constants give a fleet of a few engines; max_tokens = the output length
+  (`--max-tokens-factor` makes clients ask for more). A rejected request is lost (no retry).
+- P/D fleet (`fleetctl.sim.engines`): FIFO prefill engines at `prefill_tokens_per_s`; decode engines with a
+  continuous batch of at most `--max-num-seqs`, a step taking `decode_step_base_s + decode_step_per_seq_s x
+  batch`, a KV pool of `--kv-cache-mib` of SmolLM2 float32 KV with vLLM's recompute preemption. TTFT =
+  arrival -> the end of the request's first decode step.
 - engine constants: measured on the reference engine (SmolLM2-135M, one torch thread; `--calibrate`
   re-measures them in-process) and recorded in the JSON. Per scenario PREFILL:DECODE and slice, the fleet
-  is sized so the slice's mean offered prefill and decode work at `--rate` is that many times its capacity.
-- snapshots, as `admission.EngineLoad` defines its fields: a prefill engine's queued prompt tokens (the
-  one in service counts what is left) and its queue length as admitted_ahead; a decode engine's running
-  sequences (remaining tokens, KV held), the requests admitted to it that have not started decoding (in
-  prefill or waiting) as admitted_ahead and their prompts as queued_prefill_tokens, its KV headroom, and
-  its current step time. Routing: the predictor's chosen pair when it admits; for the baseline and `none`,
-  the shortest prefill queue and the least loaded decode engine (among those the baseline finds free).
+  is sized (`fleetctl.sim.sizing`) so the slice's mean offered prefill and decode work at `--rate` is that
+  many times its capacity.
+- routing: the predictor's chosen pair when it admits; for the baseline and `none`, the shortest prefill
+  queue and the least loaded decode engine (among those the baseline finds free).
 
 Figures per policy: rejected requests, goodput (requests whose TTFT met the SLO, per second of the slice),
 TTFT P50/P90 of admitted requests, and the swing of the prefill queue (requests waiting or in prefill,
@@ -44,14 +39,10 @@ Results: stdout and benchmarks/results/admission.json.
 from __future__ import annotations
 
 import argparse
-import heapq
-import itertools
 import math
 import sys
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,285 +50,46 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS, load_azure, log, percentile, print_table, stdev, write_json  # noqa: E402
-from fleetctl.gateway.admission import (  # noqa: E402
-    AdmissionDecision,
-    AdmissionRequest,
-    EngineLoad,
-    ModelLoadSnapshot,
-    ModelSLO,
-    ObservedLoadThresholds,
-    RunningDecode,
-    admit_on_observed_load,
-    admit_on_predicted_load,
+from fleetctl.gateway.admission import ModelSLO, ObservedLoadThresholds  # noqa: E402
+from fleetctl.sim import (  # noqa: E402
+    REFERENCE_SMOLLM2_CPU,
+    EngineConstants,
+    FleetShape,
+    LengthScaling,
+    Outcome,
+    Policy,
+    SimResult,
+    TraceRow,
+    admit_all_policy,
+    load_azure_trace,
+    observed_policy,
+    predicted_policy,
+    simulate,
+    size_for_overload,
+    trace_slice,
 )
+from fleetctl.sim.workload import TRACES_DIR  # noqa: E402
 
 OUT = RESULTS / "admission.json"
 TRACE = "azure_llm_2023_conv.csv"
-
-
-@dataclass(frozen=True)
-class EngineConstants:
-    """One engine's speed, from `--calibrate` (reference engine, SmolLM2-135M, float32, 1 torch thread)."""
-
-    prefill_tokens_per_s: float
-    decode_step_base_s: float
-    decode_step_per_seq_s: float
-    source: str
-
-    def step_s(self, batch: int) -> float:
-        return self.decode_step_base_s + self.decode_step_per_seq_s * batch
-
-
-# Measured with --calibrate on the 2-core development machine (2026-11-29, load average ~9 from other jobs:
-# prefill runs 173/135/162 tok/s, decode step 0.086 s at batch 1, 0.277 s at 16, 0.618 s at 48; a second
-# calibration gave 110 tok/s and 0.118 + 0.0110 x batch). Only the ratios between prefill, decode and the
-# arrival rate shape the result, since the fleet is sized from these constants.
-DEFAULT_CONSTANTS = EngineConstants(prefill_tokens_per_s=162.4, decode_step_base_s=0.0745,
-                                    decode_step_per_seq_s=0.01132, source="calibrated 2026-11-29 (DEFAULT_CONSTANTS)")
+DEFAULT_CONSTANTS = REFERENCE_SMOLLM2_CPU  # see fleetctl.sim.engines for how they were measured
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4  # SmolLM2-135M, float32: layers x (K, V) x kv heads x head dim x bytes
 
 
-# --- the simulated fleet ----------------------------------------------------------------------------------
+# --- figures of one run ----------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class Request:
-    id: int
-    arrival: float
-    prompt: int
-    output: int
-    max_tokens: int
-    prefill_engine: "PrefillEngine | None" = None
-    decode_engine: "DecodeEngine | None" = None
-    generated: int = 0
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    rejected: bool = False
-    retry_after_s: int | None = None
-    needs_recompute: bool = False  # preempted: its KV was dropped and is recomputed when it runs again
-
-
-@dataclass(eq=False)
-class PrefillEngine:
-    name: str
-    rate: float
-    queue: deque = field(default_factory=deque)  # waiting, FIFO
-    current: Request | None = None
-    done_at: float = 0.0
-
-    def queued_tokens(self, now: float) -> int:
-        left = (self.done_at - now) * self.rate if self.current is not None else 0.0
-        return int(sum(r.prompt for r in self.queue) + max(0.0, left))
-
-    def length(self) -> int:
-        return len(self.queue) + (self.current is not None)
-
-
-@dataclass(eq=False)
-class DecodeEngine:
-    name: str
-    slots: int
-    kv_capacity: int
-    constants: EngineConstants
-    waiting: deque = field(default_factory=deque)  # prefilled (or preempted), waiting for a slot and KV
-    running: list = field(default_factory=list)
-    bound: set = field(default_factory=set)  # admitted here, still in prefill
-    stepping: bool = False
-    preemptions: int = 0
-
-    def kv_used(self) -> int:
-        return sum(r.prompt + r.generated for r in self.running)
-
-
-class Fleet:
-    def __init__(self, n_prefill: int, n_decode: int, constants: EngineConstants, slots: int, kv_capacity: int):
-        self.constants = constants
-        self.prefill = [PrefillEngine(f"p{i}", constants.prefill_tokens_per_s) for i in range(n_prefill)]
-        self.decode = [DecodeEngine(f"d{i}", slots, kv_capacity, constants) for i in range(n_decode)]
-        self.by_name = {e.name: e for e in [*self.prefill, *self.decode]}
-        self.events: list[tuple[float, int, str, Any]] = []
-        self._seq = itertools.count()
-        self.now = 0.0
-
-    def at(self, t: float, kind: str, payload: Any) -> None:
-        heapq.heappush(self.events, (t, next(self._seq), kind, payload))
-
-    # --- snapshots for the decision functions ---
-
-    def snapshot(self) -> ModelLoadSnapshot:
-        loads = [self.prefill_load(e) for e in self.prefill] + [self.decode_load(e) for e in self.decode]
-        return ModelLoadSnapshot(tuple(loads))
-
-    def prefill_load(self, e: PrefillEngine) -> EngineLoad:
-        return EngineLoad(engine_id=e.name, role="prefill", queued_prefill_tokens=e.queued_tokens(self.now),
-                          prefill_tokens_per_s=e.rate, admitted_ahead=e.length())
-
-    def decode_load(self, e: DecodeEngine) -> EngineLoad:
-        ahead = [*e.bound, *e.waiting]
-        return EngineLoad(
-            engine_id=e.name,
-            role="decode",
-            queued_prefill_tokens=sum(r.prompt for r in ahead),
-            prefill_tokens_per_s=self.constants.prefill_tokens_per_s,
-            admitted_ahead=len(ahead),
-            running=tuple(RunningDecode(max(0, r.max_tokens - r.generated), r.prompt + r.generated) for r in e.running),
-            max_num_seqs=e.slots,
-            decode_step_s=self.constants.step_s(max(1, len(e.running))),
-            kv_headroom_tokens=e.kv_capacity - e.kv_used(),
-        )
-
-    # --- moving requests ---
-
-    def admit(self, req: Request, prefill: PrefillEngine, decode: DecodeEngine) -> None:
-        req.prefill_engine, req.decode_engine = prefill, decode
-        decode.bound.add(req)
-        prefill.queue.append(req)
-        self.start_prefill(prefill)
-
-    def start_prefill(self, e: PrefillEngine) -> None:
-        if e.current is None and e.queue:
-            e.current = e.queue.popleft()
-            e.done_at = self.now + e.current.prompt / e.rate
-            self.at(e.done_at, "prefill_done", e)
-
-    def prefill_done(self, e: PrefillEngine) -> None:
-        req, e.current = e.current, None
-        decode = req.decode_engine
-        decode.bound.discard(req)
-        decode.waiting.append(req)
-        self.start_prefill(e)
-        self.start_step(decode)
-
-    def start_step(self, e: DecodeEngine) -> None:
-        """Fill free slots from the queue (KV for what each holds, as vLLM allocates: incrementally), make
-        room for this step's new tokens by preempting the newest sequences (recompute, as vLLM v1), and
-        schedule the step: step_s(batch) plus the recompute of re-admitted sequences at the prefill rate."""
-        if e.stepping:
-            return
-        used = e.kv_used()
-        while e.waiting and len(e.running) < e.slots:
-            need = e.waiting[0].prompt + e.waiting[0].generated + 1
-            if used + need > e.kv_capacity and e.running:
-                break
-            head = e.waiting.popleft()
-            e.running.append(head)
-            used += need - 1
-        while e.running and used + len(e.running) > e.kv_capacity and len(e.running) > 1:
-            victim = e.running.pop()
-            used -= victim.prompt + victim.generated
-            victim.needs_recompute = True
-            e.waiting.appendleft(victim)
-            e.preemptions += 1
-        if not e.running:
-            return
-        recompute = 0
-        for req in e.running:
-            if req.needs_recompute:
-                recompute += req.prompt + req.generated
-                req.needs_recompute = False
-        e.stepping = True
-        self.at(self.now + self.constants.step_s(len(e.running)) + recompute / self.constants.prefill_tokens_per_s,
-                "step_done", e)
-
-    def step_done(self, e: DecodeEngine) -> None:
-        e.stepping = False
-        still = []
-        for req in e.running:
-            req.generated += 1
-            if req.first_token_at is None:
-                req.first_token_at = self.now
-            if req.generated >= req.output:
-                req.finished_at = self.now
-            else:
-                still.append(req)
-        e.running = still
-        self.start_step(e)
-
-
-# --- policies ---------------------------------------------------------------------------------------------
-
-Decide = Callable[[Request, Fleet], tuple[AdmissionDecision, str | None, str | None]]
-
-
-def predicted_policy(slo: ModelSLO) -> Decide:
-    def decide(req: Request, fleet: Fleet) -> tuple[AdmissionDecision, str | None, str | None]:
-        decision = admit_on_predicted_load(AdmissionRequest(req.prompt, req.max_tokens), fleet.snapshot(), slo)
-        if not decision.admit:
-            return decision, None, None
-        return decision, decision.prediction.prefill_engine, decision.prediction.decode_engine
-
-    return decide
-
-
-def observed_policy(thresholds: ObservedLoadThresholds) -> Decide:
-    def decide(req: Request, fleet: Fleet) -> tuple[AdmissionDecision, str | None, str | None]:
-        snapshot = fleet.snapshot()
-        decision = admit_on_observed_load(snapshot, thresholds)
-        if not decision.admit:
-            return decision, None, None
-        prefill = [e for e in snapshot.engines if e.role == "prefill" and e.admitted_ahead < thresholds.max_waiting]
-        decode = [e for e in snapshot.engines
-                  if e.role == "decode" and len(e.running) < thresholds.max_running_fraction * e.max_num_seqs]
-        return decision, *least_loaded(prefill, decode)
-
-    return decide
-
-
-def admit_all_policy() -> Decide:
-    def decide(req: Request, fleet: Fleet) -> tuple[AdmissionDecision, str | None, str | None]:
-        snapshot = fleet.snapshot()
-        prefill = [e for e in snapshot.engines if e.role == "prefill"]
-        decode = [e for e in snapshot.engines if e.role == "decode"]
-        return AdmissionDecision(True, "admission off"), *least_loaded(prefill, decode)
-
-    return decide
-
-
-def least_loaded(prefill: list[EngineLoad], decode: list[EngineLoad]) -> tuple[str, str]:
-    p = min(prefill, key=lambda e: (e.queued_prefill_tokens, e.engine_id))
-    d = min(decode, key=lambda e: (len(e.running) + e.admitted_ahead, e.engine_id))
-    return p.engine_id, d.engine_id
-
-
-# --- one simulation ---------------------------------------------------------------------------------------
-
-
-def simulate(requests: list[Request], fleet: Fleet, decide: Decide, slo_s: float, duration_s: float,
-             warmup_s: float = 0.0, sample_every_s: float = 1.0) -> dict[str, Any]:
-    for req in requests:
-        fleet.at(req.arrival, "arrival", req)
-    for k in range(int(duration_s / sample_every_s) + 1):
-        fleet.at(k * sample_every_s, "sample", None)
-    samples: list[tuple[float, int, int, int]] = []
-    admitted_per_s: dict[int, int] = {}
-    while fleet.events:
-        fleet.now, _, kind, payload = heapq.heappop(fleet.events)
-        if kind == "arrival":
-            decision, p, d = decide(payload, fleet)
-            if decision.admit:
-                fleet.admit(payload, fleet.by_name[p], fleet.by_name[d])
-                admitted_per_s[int(fleet.now)] = admitted_per_s.get(int(fleet.now), 0) + 1
-            else:
-                payload.rejected, payload.retry_after_s = True, decision.retry_after_s
-        elif kind == "prefill_done":
-            fleet.prefill_done(payload)
-        elif kind == "step_done":
-            fleet.step_done(payload)
-        elif kind == "sample":
-            samples.append((fleet.now, sum(e.length() for e in fleet.prefill), sum(len(e.waiting) for e in fleet.decode),
-                            sum(len(e.running) for e in fleet.decode)))
-    result = measure(requests, samples, admitted_per_s, slo_s, duration_s, warmup_s)
-    result["preemptions"] = sum(e.preemptions for e in fleet.decode)
-    return result
-
-
-def measure(requests: list[Request], samples: list[tuple[float, int, int, int]], admitted_per_s: dict[int, int],
-            slo_s: float, duration_s: float, warmup_s: float) -> dict[str, Any]:
-    admitted = [r for r in requests if not r.rejected]
-    ttfts = [r.first_token_at - r.arrival for r in admitted]
+def measure(result: SimResult, slo_s: float, duration_s: float, warmup_s: float) -> dict[str, Any]:
+    """The benchmark's figures of one run: rejections, goodput, TTFT percentiles, queue swings."""
+    failed = result.with_outcome(Outcome.FAILED)
+    assert not failed, f"no horizon and no context window: nothing can fail, yet {failed[0]}"
+    admitted = [r for r in result.requests if r.admitted]
+    ttfts = [r.ttft_s for r in admitted if r.ttft_s is not None]
     good = [t for t in ttfts if t <= slo_s]
-    steady = [s for s in samples if s[0] >= warmup_s] or samples  # the fleet starts empty: leave the ramp out
-    prefill_q, decode_q, decode_run = ([s[i] for s in steady] for i in (1, 2, 3))
+    steady = [s for s in result.samples if s.t_s >= warmup_s] or list(result.samples)  # leave the empty-fleet ramp out
+    prefill_q, decode_q, decode_run = ([s.prefill_queue for s in steady], [s.decode_queue for s in steady],
+                                       [s.decode_running for s in steady])
+    admitted_per_s = result.admitted_per_second()
     admits = [admitted_per_s.get(k, 0) for k in range(int(warmup_s), int(duration_s))] or [0]
 
     def swing(values: list[int]) -> dict[str, float]:
@@ -345,8 +97,8 @@ def measure(requests: list[Request], samples: list[tuple[float, int, int, int]],
                 "max": max(values)}
 
     return {
-        "requests": len(requests),
-        "rejected": len(requests) - len(admitted),
+        "requests": len(result.requests),
+        "rejected": len(result.requests) - len(admitted),
         "admitted": len(admitted),
         "goodput_rps": len(good) / duration_s,
         "within_slo": len(good),
@@ -358,45 +110,11 @@ def measure(requests: list[Request], samples: list[tuple[float, int, int, int]],
         "decode_queue": swing(decode_q),
         "decode_running": swing(decode_run),
         "admitted_per_s": swing(admits),
-        "last_finish_s": max((r.finished_at or 0.0) for r in admitted) if admitted else 0.0,
-        "series": {"t": [s[0] for s in samples], "prefill_queue": [s[1] for s in samples],
-                   "decode_queue": [s[2] for s in samples], "decode_running": [s[3] for s in samples]},
-    }
-
-
-# --- workload and fleet sizing ----------------------------------------------------------------------------
-
-
-def load_requests(args: argparse.Namespace, start_s: float) -> list[Request]:
-    rows = [r for r in load_azure(TRACE) if start_s <= r[0] < start_s + args.minutes * 60]
-    requests = []
-    for i, (t, ctx, gen) in enumerate(rows):
-        prompt = max(1, round(ctx / args.prompt_scale))
-        output = max(1, round(gen / args.output_scale))
-        requests.append(Request(i, (t - start_s) / args.rate, prompt, output, max(1, math.ceil(output * args.max_tokens_factor))))
-    return requests
-
-
-def size_fleet(requests: list[Request], duration_s: float, constants: EngineConstants, args: argparse.Namespace,
-               prefill_overload: float, decode_overload: float) -> dict[str, Any]:
-    """Engines such that the slice's mean offered work is `--prefill-overload` / `--decode-overload` x the
-    capacity (decode: full batches of max_num_seqs)."""
-    prefill_demand = sum(r.prompt for r in requests) / duration_s  # tokens/s
-    decode_demand = sum(r.output for r in requests) / duration_s  # tokens/s
-    decode_capacity = args.max_num_seqs / constants.step_s(args.max_num_seqs)  # tokens/s of one full engine
-    n_prefill = max(1, round(prefill_demand / constants.prefill_tokens_per_s / prefill_overload))
-    n_decode = max(1, round(decode_demand / decode_capacity / decode_overload))
-    return {
-        "n_prefill": n_prefill,
-        "n_decode": n_decode,
-        "prefill_demand_tokens_per_s": prefill_demand,
-        "decode_demand_tokens_per_s": decode_demand,
-        "prefill_capacity_tokens_per_s": n_prefill * constants.prefill_tokens_per_s,
-        "decode_capacity_tokens_per_s": n_decode * decode_capacity,
-        "prefill_overload": prefill_demand / (n_prefill * constants.prefill_tokens_per_s),
-        "decode_overload": decode_demand / (n_decode * decode_capacity),
-        "max_num_seqs": args.max_num_seqs,
-        "kv_capacity_tokens": args.kv_capacity_tokens,
+        "last_finish_s": max((r.finished_s or 0.0) for r in admitted) if admitted else 0.0,
+        "series": {"t": [s.t_s for s in result.samples], "prefill_queue": [s.prefill_queue for s in result.samples],
+                   "decode_queue": [s.decode_queue for s in result.samples],
+                   "decode_running": [s.decode_running for s in result.samples]},
+        "preemptions": result.preemptions,
     }
 
 
@@ -490,9 +208,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def policy_plans(args: argparse.Namespace) -> list[tuple[str, str, Decide]]:
-    """(family, name, decide): the predictor at each limit, the baseline at each max_waiting, and admit-all."""
-    plans: list[tuple[str, str, Decide]] = []
+def policy_plans(args: argparse.Namespace) -> list[tuple[str, str, Policy]]:
+    """(family, name, policy): the predictor at each limit, the baseline at each max_waiting, and admit-all."""
+    plans: list[tuple[str, str, Policy]] = []
     for fraction in (float(x) for x in args.predictor_limits.split(",")):
         name = "predicted" if fraction == 1.0 else f"predicted(limit={fraction:g}xSLO)"
         plans.append(("predicted", name, predicted_policy(ModelSLO(ttft_slo_s=fraction * args.ttft_slo_s))))
@@ -503,24 +221,25 @@ def policy_plans(args: argparse.Namespace) -> list[tuple[str, str, Decide]]:
     return plans
 
 
-def run_scenario(args: argparse.Namespace, constants: EngineConstants, start_s: float, prefill_overload: float,
-                 decode_overload: float) -> dict[str, Any]:
-    requests = load_requests(args, start_s)
+def run_scenario(args: argparse.Namespace, constants: EngineConstants, rows: list[TraceRow], start_s: float,
+                 prefill_overload: float, decode_overload: float) -> dict[str, Any]:
+    scaling = LengthScaling(args.prompt_scale, args.output_scale, args.max_tokens_factor)
+    requests = trace_slice(rows, start_s, args.minutes * 60, args.rate, scaling)
     duration = args.minutes * 60 / args.rate
-    fleet_shape = size_fleet(requests, duration, constants, args, prefill_overload, decode_overload)
-    rows = []
-    for family, name, decide in policy_plans(args):
-        fresh = [Request(r.id, r.arrival, r.prompt, r.output, r.max_tokens) for r in requests]
-        fleet = Fleet(fleet_shape["n_prefill"], fleet_shape["n_decode"], constants, args.max_num_seqs, args.kv_capacity_tokens)
-        result = simulate(fresh, fleet, decide, args.ttft_slo_s, duration, args.warmup_s)
-        result.update(policy=name, family=family)
-        rows.append(result)
+    sizing = size_for_overload(requests, duration, constants, args.max_num_seqs, prefill_overload, decode_overload)
+    shape = FleetShape(sizing.n_prefill, sizing.n_decode, constants, args.max_num_seqs, args.kv_capacity_tokens)
+    fleet_shape = asdict(sizing) | {"max_num_seqs": args.max_num_seqs, "kv_capacity_tokens": args.kv_capacity_tokens}
+    rows_out = []
+    for family, name, policy in policy_plans(args):
+        result = simulate(requests, shape, policy, duration)
+        rows_out.append(measure(result, args.ttft_slo_s, duration, args.warmup_s) | {"policy": name, "family": family})
     log(f"slice {start_s:.0f}s, overload {prefill_overload}:{decode_overload}: " + ", ".join(
-        f"{r['policy']} rej {r['rejected']} good {r['goodput_rps']:.2f}/s" for r in rows if r["policy"] in ("predicted", "observed")))
+        f"{r['policy']} rej {r['rejected']} good {r['goodput_rps']:.2f}/s" for r in rows_out if r["policy"] in ("predicted", "observed")))
     return {"slice_start_s": start_s, "scenario": f"{prefill_overload}:{decode_overload}", "requests": len(requests),
             "simulated_s": duration, "offered_rps": len(requests) / duration,
-            "prompt_tokens_mean": sum(r.prompt for r in requests) / len(requests),
-            "output_tokens_mean": sum(r.output for r in requests) / len(requests), **fleet_shape, "policies": rows}
+            "prompt_tokens_mean": sum(r.prompt_tokens for r in requests) / len(requests),
+            "output_tokens_mean": sum(r.output_tokens for r in requests) / len(requests), **fleet_shape,
+            "policies": rows_out}
 
 
 def summarise(runs: list[dict[str, Any]], scenario: str) -> list[dict[str, Any]]:
@@ -579,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     log(f"engine constants: {constants}")
     scenarios = [tuple(float(x) for x in item.split(":")) for item in args.scenarios.split(",")]
     slices = [float(x) for x in args.slices.split(",")]
-    runs = [run_scenario(args, constants, start, p, d) for p, d in scenarios for start in slices]
+    rows = load_azure_trace(TRACES_DIR / TRACE)
+    runs = [run_scenario(args, constants, rows, start, p, d) for p, d in scenarios for start in slices]
     summaries = {f"{p}:{d}": summarise(runs, f"{p}:{d}") for p, d in scenarios}
     live = live_sanity(args) if args.live else None
     report = {
