@@ -31,10 +31,10 @@ import httpx
 from agent import process as proc
 from agent.launch import LaunchError, PortBlock, backend_of, port_layout, port_width, render_launch
 from agent.metrics import parse_engine_metrics
-from agent.models import EngineAssignment, EngineMetrics, EngineObserved, EngineState
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
+from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState
 
 log = logging.getLogger("fleetctl.agent.supervisor")
 
