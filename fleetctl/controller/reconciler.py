@@ -24,9 +24,9 @@ from fleetctl.controller.models import Assignment, ClassRevision, Deployment, En
 from fleetctl.controller.nodes import DOWN, UP, to_assignment
 from fleetctl.controller.placement import (
     DeploymentView,
-    EngineAssignment,
     NodeView,
     Plan,
+    PlannedEngine,
     changed_nodes,
     nodes_gone_quiet,
     plan_assignments,
@@ -83,7 +83,7 @@ def load_snapshot(session: Session) -> Snapshot:
         for d in session.execute(select(Deployment)).scalars()
     ]
     classes = set(session.execute(select(ClassRevision.ref)).scalars())
-    assignments: dict[str, list[EngineAssignment]] = defaultdict(list)
+    assignments: dict[str, list[PlannedEngine]] = defaultdict(list)
     for row in session.execute(select(Assignment)).scalars():
         assignments[row.node].append(to_assignment(row))
     observed: dict[str, dict[str, str]] = defaultdict(dict)
@@ -100,7 +100,7 @@ def load_snapshot(session: Session) -> Snapshot:
     return Snapshot(deployments, classes, nodes)
 
 
-def write_assignment(session: Session, node: str, expected_generation: int, assignments: list[EngineAssignment]) -> bool:
+def write_assignment(session: Session, node: str, expected_generation: int, assignments: list[PlannedEngine]) -> bool:
     """Replace a node's assignment if its generation is still `expected_generation`; advance it."""
     advanced = session.execute(
         update(Node).where(Node.name == node, Node.generation == expected_generation)
