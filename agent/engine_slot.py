@@ -31,7 +31,7 @@ from typing import Literal
 
 from agent.backoff import RESTART_BACKOFF, Backoff, Uniform
 from agent.launch import PortBlock, backend_of
-from agent.models import EngineAssignment, EngineMetrics, EngineState
+from engine.contract import EngineAssignment, EngineMetrics, EngineState
 
 Intent = Literal["stop", "drain", "restart"]
 LIVE_STATES: frozenset[str] = frozenset({"starting", "ready", "draining"})  # the states that hold a process

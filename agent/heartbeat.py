@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.backoff import Backoff, Uniform
-from agent.models import EngineAssignment, EngineObserved
+from engine.contract import EngineAssignment, EngineObserved
 
 log = logging.getLogger("fleetctl.agent.heartbeat")
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.models import EngineAssignment
+from engine.contract import EngineAssignment
 from engine.vllm import render_flags, render_vllm_command
 
 LOOPBACK = "127.0.0.1"

@@ -2,15 +2,18 @@
 vLLM both serve them). Pure over the text: the supervisor fetches /metrics and hands the body here.
 
 Series with several label sets (one per DP rank, `engine="0"`, `"1"`, ...) are summed; the KV usage
-fraction is averaged over ranks so it stays in 0..1.
+fraction is averaged over ranks so it stays in 0..1. The result always validates as `EngineMetrics`: an
+engine is not trusted to report sane numbers, so a NaN or infinite sample is dropped (as if absent), a
+negative figure reads as 0 and the KV usage fraction is held in 0..1. One odd sample never costs the
+agent its heartbeat.
 """
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
+import math
 
-from agent.models import EngineMetrics
 from engine import metric_names
+from engine.contract import EngineMetrics, sample_lines
 
 # EngineMetrics field -> the sample name as exposed (counters carry _total on the wire).
 SAMPLES = {
@@ -21,19 +24,31 @@ SAMPLES = {
     "prefix_cache_hits": metric_names.PREFIX_CACHE_HITS + "_total",
 }
 AVERAGED = {"kv_cache_usage_perc"}
+FRACTIONS = {"kv_cache_usage_perc"}
+_FIELD_OF = {name: field for field, name in SAMPLES.items()}
 
 
 def parse_engine_metrics(text: str) -> EngineMetrics:
     """The figures in `text`; a series that is absent reads as 0. Raises ValueError on malformed text."""
-    values: dict[str, list[float]] = {name: [] for name in SAMPLES.values()}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in values:
-                values[sample.name].append(sample.value)
-    return EngineMetrics(**{field: _combine(values[name], field in AVERAGED) for field, name in SAMPLES.items()})
+    values: dict[str, list[float]] = {field: [] for field in SAMPLES}
+    for name, _labels, value in sample_lines(text):
+        field = _FIELD_OF.get(name)
+        if field is not None and math.isfinite(value):
+            values[field].append(value)
+    return EngineMetrics(**{field: _bounded(field, _combine(samples, field in AVERAGED))
+                            for field, samples in values.items()})
 
 
 def _combine(samples: list[float], average: bool) -> float:
     if not samples:
         return 0.0
     return sum(samples) / len(samples) if average else sum(samples)
+
+
+def _bounded(field: str, value: float) -> float:
+    """`value` held to what the field may hold: never negative, a fraction at most 1; a sum of finite
+    samples that overflowed to infinity reads as 0 (the figure is meaningless)."""
+    if not math.isfinite(value):
+        return 0.0
+    value = max(0.0, value)
+    return min(1.0, value) if field in FRACTIONS else value

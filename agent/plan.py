@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agent.models import RUNNING_STATES, EngineAssignment, EngineObserved
+from engine.contract import RUNNING_STATES, EngineAssignment, EngineObserved
 
 ActionKind = Literal["start", "stop", "restart", "drain"]
 

@@ -20,9 +20,9 @@ import uvicorn
 
 from agent.api import make_api
 from agent.heartbeat import ControllerLink, HeartbeatLoop
-from agent.models import EngineAssignment
 from agent.settings import AgentSettings
 from agent.supervisor import BreakGlass, Supervisor
+from engine.contract import EngineAssignment
 
 log = logging.getLogger("fleetctl.agent")
 

@@ -36,10 +36,10 @@ from agent import engine_slot as es
 from agent import process as proc
 from agent.launch import LaunchError, PortBlock, port_layout, port_width, render_launch
 from agent.metrics import parse_engine_metrics
-from agent.models import EngineAssignment, EngineMetrics, EngineObserved
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
+from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState
 
 log = logging.getLogger("fleetctl.agent.supervisor")
 

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS, load_azure, log, percentile, print_table, stdev, write_json  # noqa: E402
+from engine.contract import REFERENCE_MODELS  # noqa: E402
 from fleetctl.gateway.admission import ModelSLO, ObservedLoadThresholds  # noqa: E402
 from fleetctl.sim import (  # noqa: E402
     REFERENCE_SMOLLM2_CPU,
@@ -196,7 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--live", action="store_true", help="also a short live sanity run through the real gateway")
     p.add_argument("--live-only", action="store_true", help="run only the live part; store it into the existing --out")
     p.add_argument("--live-seconds", type=float, default=45.0, help="live run: seconds of arrivals (trace time / rate)")
-    p.add_argument("--live-model", default="smollm2", choices=("smollm2", "tiny"), help="live run: engine model")
+    p.add_argument("--live-model", default="smollm2", choices=REFERENCE_MODELS, help="live run: engine model")
     p.add_argument("--live-max-prompt", type=int, default=1536, help="live run: prompt tokens cap")
     p.add_argument("--live-max-output", type=int, default=32, help="live run: output tokens cap")
     p.add_argument("--out", type=Path, default=OUT)

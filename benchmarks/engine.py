@@ -336,15 +336,13 @@ def pd_handoff(client, prefill: str, decode: str, prompt: list[int], push: bool)
 
 
 def scrape_transfer(client, url: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
+    from engine.contract import parse_labels, sample_lines
 
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(client.get(url + "/metrics").text):
-        for sample in family.samples:
-            if sample.name in ("fleet_kv_transfer_bytes_sum", "fleet_kv_transfer_seconds_sum",
-                               "fleet_kv_transfer_bytes_count"):
-                key = f"{sample.name}:{sample.labels.get('mode')}"
-                totals[key] = totals.get(key, 0.0) + sample.value
+    for name, labels, value in sample_lines(client.get(url + "/metrics").text):
+        if name in ("fleet_kv_transfer_bytes_sum", "fleet_kv_transfer_seconds_sum", "fleet_kv_transfer_bytes_count"):
+            key = f"{name}:{parse_labels(labels).get('mode')}"
+            totals[key] = totals.get(key, 0.0) + value
     return totals
 
 

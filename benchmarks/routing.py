@@ -75,6 +75,7 @@ from benchmarks.common import (  # noqa: E402
     wait_idle,
     write_json,
 )
+from engine.contract import REFERENCE_MODELS  # noqa: E402
 
 OUT = RESULTS / "routing.json"
 TRACE = "mooncake_synthetic.jsonl"
@@ -504,7 +505,7 @@ def first_token(client: httpx.Client, base: str, body: dict[str, Any]) -> tuple[
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 20 requests over 20 s, prompts <= 256 tokens, 40 latency trials")
-    p.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
+    p.add_argument("--model", default="smollm2", choices=REFERENCE_MODELS)
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--kv-cache-mib", type=int, default=256)
     p.add_argument("--num-threads", type=int, default=1, help="torch threads per engine")
@@ -519,7 +520,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-trials", type=int, default=300, help="paired trials per prompt form (0: skip)")
     p.add_argument("--latency-engines", default="1,4",
                    help="engines behind the router in the added-latency phase, one measurement each; the first is the goal's")
-    p.add_argument("--latency-model", default="tiny", choices=("smollm2", "tiny"), help="engines of the added-latency phase")
+    p.add_argument("--latency-model", default="tiny", choices=REFERENCE_MODELS, help="engines of the added-latency phase")
     p.add_argument("--gateway-flag", action="append", default=[], help="extra `gateway serve` flag (repeatable)")
     p.add_argument("--explain", action="store_true",
                    help="diagnostic: ask the gateway's /fleet/route/explain before each request and account for "

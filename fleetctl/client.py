@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from fleetctl.errors import FleetError, Unavailable, error_from_body
+from fleetctl.httpwire import KEEPALIVE_EXPIRY_S  # below uvicorn's 5 s keep-alive (httpx's default is 5 s)
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_S = 10.0
@@ -61,11 +62,6 @@ def _result(response: httpx.Response) -> Any:
 def _unreachable(base_url: str, exc: httpx.HTTPError) -> Unavailable:
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
     return Unavailable(f"controller at {base_url} {kind} ({type(exc).__name__})")
-
-
-# Idle kept-alive connections are dropped before uvicorn's 5 s keep-alive closes them (httpx's default is
-# also 5 s: a request sent just as the server closes its end fails without an answer).
-KEEPALIVE_EXPIRY_S = 4.0
 
 
 def _client_kwargs(base_url: str, token: str | None, timeout: float) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from agent.ports import port_is_free
+from engine.contract import REFERENCE_MODELS
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
 from fleetctl.localfleet.processes import child_env, fleetctl_argv
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fleetctl.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", action="store_true", help="leave the fleet running at the end")
     parser.add_argument("--nodes", type=int, default=2, help="agents (one engine each)")
-    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
+    parser.add_argument("--model", choices=REFERENCE_MODELS, default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
     return parser
 

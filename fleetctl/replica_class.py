@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.contract import REFERENCE_MODELS
+
 CORRECTNESS = "correctness"
 PERFORMANCE = "performance"
 
@@ -66,8 +68,8 @@ class ReplicaClassSpec(BaseModel):
 
     @model_validator(mode="after")
     def _batch_fits(self) -> "ReplicaClassSpec":
-        if self.backend == "reference" and self.weights not in ("smollm2", "tiny"):
-            raise ValueError("weights: the reference backend serves 'smollm2' or 'tiny'")
+        if self.backend == "reference" and self.weights not in REFERENCE_MODELS:
+            raise ValueError(f"weights: the reference backend serves {' or '.join(map(repr, REFERENCE_MODELS))}")
         return self
 
     def digest(self) -> str:

@@ -1,5 +1,23 @@
-"""The contract between engines, agents, the controller and the gateway: the types they exchange.
+"""The contract between engines, agents, the controller and the gateway: the types and words they exchange.
 
-No module here imports torch, or anything of `agent` or `fleetctl`.
+No module here imports torch, or anything of `agent` or `fleetctl`; every process may import this package.
 - `bounds`: bounded integers, finite floats and storable strings, used by every wire model.
+- `engine_state`: `Role`, `EngineState` and the state sets (`RUNNING_STATES`, `FINISHED_STATES`).
+- `fields`: the bounded strings that name an engine (engine, model, class ref, endpoints), column-wide.
+- `assignment`: `EngineAssignment`, one engine the controller wants on a node (the heartbeat reply).
+- `observed`: `EngineObserved` and `EngineMetrics`, one engine as it runs (the heartbeat).
+- `reference_models`: the reference engine's model names and its on-disk cache location.
+- `prometheus`: the one reader of Prometheus' text exposition (a line scan).
 """
+
+from engine.contract.assignment import EngineAssignment
+from engine.contract.engine_state import ENGINE_STATES, FINISHED_STATES, ROLES, RUNNING_STATES, EngineState, Role
+from engine.contract.observed import EngineMetrics, EngineObserved
+from engine.contract.prometheus import Sample, parse_labels, parse_samples, sample_lines, sum_series
+from engine.contract.reference_models import REFERENCE_MODELS, default_cache_dir, smollm2_cache_dir
+
+__all__ = [
+    "ENGINE_STATES", "FINISHED_STATES", "REFERENCE_MODELS", "ROLES", "RUNNING_STATES",
+    "EngineAssignment", "EngineMetrics", "EngineObserved", "EngineState", "Role", "Sample",
+    "default_cache_dir", "parse_labels", "parse_samples", "sample_lines", "smollm2_cache_dir", "sum_series",
+]

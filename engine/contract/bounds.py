@@ -89,3 +89,19 @@ ShortText = Annotated[str, Field(max_length=200), AfterValidator(_safe_text)]
 Url = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_safe_text)]
 FreeText = Annotated[str, Field(max_length=2000), AfterValidator(_safe_text)]
 SafeJson = Annotated[Any, AfterValidator(_safe_json)]
+SafeJsonObject = Annotated[dict[str, Any], AfterValidator(_safe_json)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def bounded_text(max_length: int, *, non_blank: bool = False) -> Any:
+    """A safe string of at most `max_length` characters (the width of the column that stores it);
+    `non_blank` also refuses an empty or all-whitespace one."""
+    if non_blank:
+        return Annotated[str, Field(min_length=1, max_length=max_length), AfterValidator(_safe_text),
+                         AfterValidator(_not_blank)]
+    return Annotated[str, Field(max_length=max_length), AfterValidator(_safe_text)]

@@ -13,7 +13,8 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import get_args
 
-from engine.reference.config import MODEL_CHOICES, EngineConfig, KVCacheDType, Role, SamplerKind, TorchDType
+from engine.contract import REFERENCE_MODELS, Role
+from engine.reference.config import EngineConfig, KVCacheDType, SamplerKind, TorchDType
 
 API_KEY_ENV = "FLEET_ENGINE_API_KEY"
 _BOOL = argparse.BooleanOptionalAction
@@ -23,7 +24,7 @@ def _flags() -> list[tuple[str, dict]]:
     """(EngineConfig field, add_argument kwargs), in the order `--help` shows them."""
     return [
         # model (correctness-relevant)
-        ("model", dict(choices=MODEL_CHOICES, help="smollm2 (SmolLM2-135M-Instruct) or tiny (seeded, for tests)")),
+        ("model", dict(choices=REFERENCE_MODELS, help="smollm2 (SmolLM2-135M-Instruct) or tiny (seeded, for tests)")),
         ("served_model_name", dict(help="the model name clients ask for (default per model)")),
         ("dtype", dict(choices=get_args(TorchDType), help="weights and activations dtype")),
         ("kv_cache_dtype", dict(choices=get_args(KVCacheDType), help="KV cache dtype; auto = --dtype")),

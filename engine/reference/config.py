@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from engine.contract import REFERENCE_MODELS, Role, default_cache_dir
 from engine.hashing import DEFAULT_BLOCK_SIZE, default_seed
 
-Role = Literal["mixed", "prefill", "decode"]
 TorchDType = Literal["float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "float32", "bfloat16", "float16"]
 SamplerKind = Literal["exact", "approximate_topk"]
 
-MODEL_CHOICES = ("smollm2", "tiny")
 DEFAULT_SERVED_NAMES = {"smollm2": "smollm2-135m", "tiny": "tiny"}
-
-
-def default_cache_dir() -> Path:
-    """Where dequantised weights and the tokenizer are cached (FLEET_CACHE_DIR, else ~/.cache/fleetctl)."""
-    return Path(os.environ.get("FLEET_CACHE_DIR", Path.home() / ".cache" / "fleetctl"))
 
 
 @dataclass
@@ -62,8 +55,8 @@ class EngineConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
 
     def __post_init__(self) -> None:
-        if self.model not in MODEL_CHOICES:
-            raise ValueError(f"model must be one of {MODEL_CHOICES}, got {self.model!r}")
+        if self.model not in REFERENCE_MODELS:
+            raise ValueError(f"model must be one of {REFERENCE_MODELS}, got {self.model!r}")
         if self.served_model_name is None:
             self.served_model_name = DEFAULT_SERVED_NAMES[self.model]
         if self.block_size <= 0 or self.kv_cache_mib <= 0 or self.max_model_len <= 0:

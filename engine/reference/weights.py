@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from engine.contract.reference_models import SMOLLM2_CACHE_NAME as CACHE_NAME
 from engine.reference.config import EngineConfig
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_NAME = "smollm2-135m-instruct-q4_1"
 CACHE_FORMAT = 1  # bump when the cache layout changes
 _WEIGHTS_FILE = "model.safetensors"
 _META_FILE = "meta.json"

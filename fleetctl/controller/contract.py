@@ -7,15 +7,14 @@ Responses are described here so the OpenAPI schema documents them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.contract import EngineAssignment, EngineObserved
 from fleetctl.controller.schemas import LabelMap, Name, NonBlank
 
 AGENT_INPUT = ConfigDict(extra="ignore")
-Role = Literal["mixed", "prefill", "decode"]
-EngineState = Literal["starting", "ready", "draining", "stopped", "failed"]
 
 
 class Capacity(BaseModel):
@@ -41,33 +40,6 @@ class RegisterResponse(BaseModel):
     generation: int
 
 
-class EngineMetrics(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    num_requests_running: float = 0
-    num_requests_waiting: float = 0
-    kv_cache_usage_perc: float = 0
-    prefix_cache_queries: float = 0
-    prefix_cache_hits: float = 0
-
-
-class EngineObserved(BaseModel):
-    model_config = AGENT_INPUT
-
-    name: NonBlank
-    model: NonBlank
-    class_ref: NonBlank
-    role: Role
-    state: EngineState
-    pid: int | None = None
-    port: int | None = Field(default=None, ge=0, le=65535)
-    url: str | None = None
-    kv_events_endpoint: str | None = None
-    restarts: int = Field(default=0, ge=0)
-    last_exit: str | None = None
-    metrics: EngineMetrics = Field(default_factory=EngineMetrics)
-
-
 class HeartbeatRequest(BaseModel):
     model_config = AGENT_INPUT
 
@@ -85,18 +57,9 @@ class HeartbeatRequest(BaseModel):
         return engines
 
 
-class EngineAssignmentOut(BaseModel):
-    name: str
-    model: str
-    class_ref: str
-    spec: dict[str, Any]
-    role: Role
-    drain: bool
-
-
 class HeartbeatResponse(BaseModel):
     generation: int
-    assignment: list[EngineAssignmentOut]
+    assignment: list[EngineAssignment]
     heartbeat_interval_s: float
 
 

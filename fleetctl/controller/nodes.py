@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.controller.contract import HeartbeatRequest, RegisterRequest
 from fleetctl.controller.models import Assignment, ClassRevision, Engine, Node
-from fleetctl.controller.placement import EngineAssignment
+from fleetctl.controller.placement import PlannedEngine
 from fleetctl.errors import NotFound
 
 UP, DOWN = "up", "down"
@@ -95,8 +95,8 @@ def assignment_of(session: Session, node: str) -> list[dict[str, Any]]:
     return [to_assignment(row).to_contract(row.spec) for row in rows]
 
 
-def to_assignment(row: Assignment) -> EngineAssignment:
-    return EngineAssignment(row.name, row.deployment, row.model, row.class_ref, row.role, row.drain)
+def to_assignment(row: Assignment) -> PlannedEngine:
+    return PlannedEngine(row.name, row.deployment, row.model, row.class_ref, row.role, row.drain)
 
 
 def get_node(session: Session, name: str) -> Node:

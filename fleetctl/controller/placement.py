@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine.contract import FINISHED_STATES
 from fleetctl.replica_class import ReplicaClassSpec
-
-FINISHED_STATES = frozenset({"stopped", "failed"})
 
 
 @dataclass(frozen=True)
-class EngineAssignment:
-    """One engine a node should run (the contract's EngineAssignment, plus the deployment it serves)."""
+class PlannedEngine:
+    """One engine a node should run, as placement plans it: the contract's EngineAssignment without the spec,
+    plus the deployment it serves. `to_contract` makes the wire form."""
 
     name: str
     deployment: str
@@ -70,7 +70,7 @@ class NodeView:
     state: str = "up"  # up | down
     cordoned: bool = False
     draining: bool = False
-    assignments: tuple[EngineAssignment, ...] = ()
+    assignments: tuple[PlannedEngine, ...] = ()
     observed: Mapping[str, str] = field(default_factory=dict)  # engine name -> reported state
     generation: int = 0
     applied_generation: int = 0
@@ -80,7 +80,7 @@ class NodeView:
         return self.state == "up" and not self.cordoned and not self.draining
 
 
-Plan = dict[str, list[EngineAssignment]]
+Plan = dict[str, list[PlannedEngine]]
 
 
 def labels_match(labels: Mapping[str, str], placement: Mapping[str, str]) -> bool:
@@ -108,7 +108,7 @@ def plan_assignments(
     return {name: sorted(assignments, key=lambda a: a.name) for name, assignments in plan.items()}
 
 
-def _carry_over(node: NodeView, wanted: Mapping[str, DeploymentView]) -> list[EngineAssignment]:
+def _carry_over(node: NodeView, wanted: Mapping[str, DeploymentView]) -> list[PlannedEngine]:
     """The node's existing assignments: kept, turned into drains, or (drain finished) dropped."""
     kept = []
     for assignment in node.assignments:
@@ -122,7 +122,7 @@ def _carry_over(node: NodeView, wanted: Mapping[str, DeploymentView]) -> list[En
     return kept
 
 
-def _still_valid(assignment: EngineAssignment, node: NodeView, deployment: DeploymentView | None) -> bool:
+def _still_valid(assignment: PlannedEngine, node: NodeView, deployment: DeploymentView | None) -> bool:
     return (
         deployment is not None
         and deployment.class_ref == assignment.class_ref
@@ -155,10 +155,10 @@ def _scale(deployment: DeploymentView, plan: Plan, nodes: list[NodeView], used: 
             return  # no capacity: the rest stays pending until a node frees up or joins
         name = _next_name(deployment.name, used)
         used.add(name)
-        plan[node].append(EngineAssignment(name, deployment.name, deployment.model, deployment.class_ref, deployment.role))
+        plan[node].append(PlannedEngine(name, deployment.name, deployment.model, deployment.class_ref, deployment.role))
 
 
-def _swap(assignments: list[EngineAssignment], old: EngineAssignment, new: EngineAssignment) -> None:
+def _swap(assignments: list[PlannedEngine], old: PlannedEngine, new: PlannedEngine) -> None:
     assignments[assignments.index(old)] = new
 
 
@@ -191,9 +191,9 @@ def nodes_gone_quiet(nodes: Iterable[tuple[str, str, datetime]], now: datetime, 
     return sorted(name for name, state, last in nodes if state == "up" and last < cutoff)
 
 
-def changed_nodes(current: Mapping[str, Iterable[EngineAssignment]], plan: Plan) -> list[str]:
+def changed_nodes(current: Mapping[str, Iterable[PlannedEngine]], plan: Plan) -> list[str]:
     """Nodes whose planned assignment differs from the stored one (their generation must advance)."""
-    def keys(assignments: Iterable[EngineAssignment]) -> list[tuple[Any, ...]]:
+    def keys(assignments: Iterable[PlannedEngine]) -> list[tuple[Any, ...]]:
         return sorted(a.key() for a in assignments)
 
     return sorted(name for name, planned in plan.items() if keys(planned) != keys(current.get(name, ())))

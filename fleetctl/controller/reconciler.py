@@ -33,9 +33,9 @@ from fleetctl.controller.models import Assignment, ClassRevision, Deployment, En
 from fleetctl.controller.nodes import DOWN, UP, to_assignment
 from fleetctl.controller.placement import (
     DeploymentView,
-    EngineAssignment,
     NodeView,
     Plan,
+    PlannedEngine,
     changed_nodes,
     nodes_gone_quiet,
     plan_assignments,
@@ -143,7 +143,7 @@ def load_snapshot(session: Session) -> Snapshot:
         for d in session.execute(select(Deployment)).scalars()
     ]
     classes = set(session.execute(select(ClassRevision.ref)).scalars())
-    assignments: dict[str, list[EngineAssignment]] = defaultdict(list)
+    assignments: dict[str, list[PlannedEngine]] = defaultdict(list)
     for row in session.execute(select(Assignment)).scalars():
         assignments[row.node].append(to_assignment(row))
     observed: dict[str, dict[str, str]] = defaultdict(dict)
@@ -161,7 +161,7 @@ def load_snapshot(session: Session) -> Snapshot:
     return Snapshot(deployments, classes, nodes, {n.name: n.last_heartbeat_at for n in rows})
 
 
-def write_assignment(session: Session, node: str, expected_generation: int, assignments: list[EngineAssignment]) -> bool:
+def write_assignment(session: Session, node: str, expected_generation: int, assignments: list[PlannedEngine]) -> bool:
     """Replace a node's assignment if its generation is still `expected_generation`; advance it."""
     advanced = session.execute(
         update(Node).where(Node.name == node, Node.generation == expected_generation)

@@ -13,10 +13,10 @@ sums from which `derive_rates` computes, between two scrapes:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from engine import metric_names as m
+from engine.contract import parse_labels, sample_lines
 
 MIN_PREFILL_TOKENS = 256
 
@@ -72,23 +72,19 @@ def parse_engine_metrics(text: str) -> EngineSample:
     KV usage is their mean. Unknown series are ignored; a wanted sample whose value does not parse raises
     ValueError.
 
-    A line scan rather than prometheus_client's full parser: the gateway scrapes every engine every second on
-    the event loop that also relays tokens, and the full parser spent ~10 ms per vLLM-sized exposition
-    (most of it on the histogram buckets this never reads)."""
+    The contract's line scan (engine.contract.prometheus says why not a full parser): labels are parsed only
+    for vllm:cache_config_info."""
     sums: dict[str, float] = {}
     usage: list[float] = []
     info: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        name, labels, value = _split_sample(line)
+    for name, labels, value in sample_lines(text):
         field_name = _SUMMED.get(name)
         if field_name is not None:
             sums[field_name] = sums.get(field_name, 0.0) + value
         elif name == m.KV_CACHE_USAGE_PERC:
             usage.append(value)
         elif name == m.CACHE_CONFIG_INFO and not info:
-            info = {k: _unescape(v) for k, v in _LABEL.findall(labels)}
+            info = parse_labels(labels)
     return EngineSample(
         num_running=int(sums.pop("num_running", 0)),
         num_waiting=int(sums.pop("num_waiting", 0)),
@@ -98,34 +94,6 @@ def parse_engine_metrics(text: str) -> EngineSample:
         kv_cache_mib=_float(info.get("kv_cache_mib")),
         **sums,
     )
-
-
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _split_sample(line: str) -> tuple[str, str, float]:
-    """(metric name, the text between the braces, the value) of one sample line."""
-    brace = line.find("{")
-    space = line.find(" ")
-    if brace != -1 and (space == -1 or brace < space):
-        close = line.rfind("}")
-        if close < brace:
-            raise ValueError(f"unterminated labels in metrics line: {line[:120]!r}")
-        name, labels, rest = line[:brace], line[brace + 1 : close], line[close + 1 :]
-    else:
-        name, labels, rest = (line[:space], "", line[space + 1 :]) if space != -1 else (line, "", "")
-    return name, labels, _value(rest, line)  # every sample must have a number: a text that is not an exposition is refused
-
-
-def _value(field: str, line: str) -> float:
-    try:
-        return float(field.split()[0])
-    except (IndexError, ValueError):
-        raise ValueError(f"bad sample value in metrics line: {line[:120]!r}") from None
-
-
-def _unescape(value: str) -> str:
-    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
 
 
 def _int(value: str | None) -> int | None:

@@ -24,7 +24,6 @@ import httpx
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits
-from fleetctl.gateway.engine_http import EngineClient
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
 from fleetctl.gateway.errors import BadRequest, ModelNotFound, NoRoute
@@ -41,6 +40,7 @@ from fleetctl.gateway.snapshot import Estimates, engine_load, engine_view
 from fleetctl.gateway.table_reporter import report_applied
 from fleetctl.gateway.tokenization import Tokenizers, prompt_block_hashes
 from fleetctl.gateway.traffic import SessionMap, ShareTracker
+from fleetctl.httpwire import EngineClient
 from fleetctl.replica_class import ReplicaClassSpec
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class GatewayService:
         self.settings = settings
         self.source = source
         self.client = client  # probes, scrapes, tokenizer downloads
-        self.engine_client = EngineClient()  # the request path (engine_http.py says why not httpx)
+        self.engine_client = EngineClient()  # the request path (fleetctl/httpwire.py says why not httpx)
         self.metrics = metrics
         self.rng = rng
         self.clock = clock

@@ -26,11 +26,10 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import httpx
 
+from engine.contract import REFERENCE_MODELS, ROLES
 from fleetctl.gateway.engine_metrics import parse_engine_metrics
 from fleetctl.replica_class import ReplicaClassSpec
 
-ROLES = ("mixed", "prefill", "decode")
-REFERENCE_ROOTS = ("smollm2", "tiny")
 STATIC_CLASS = "static"
 DISCOVERY_TIMEOUT_S = 3.0
 
@@ -106,7 +105,7 @@ class StaticTableSource:
 def spec_from_card(card: dict[str, Any], block_size: int | None) -> dict[str, Any]:
     """A replica class spec for what a /v1/models card says (validated by ReplicaClassSpec)."""
     model, root = str(card["id"]), str(card.get("root") or card["id"])
-    reference = root in REFERENCE_ROOTS
+    reference = root in REFERENCE_MODELS
     spec: dict[str, Any] = {"model": model, "backend": "reference" if reference else "vllm", "weights": root}
     if card.get("max_model_len"):
         spec["max_model_len"] = int(card["max_model_len"])

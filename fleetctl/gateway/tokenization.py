@@ -7,8 +7,9 @@ added), and a prompt given as token ids is used as is. Hashes: `engine.hashing.b
 class's block size and the fleet's seed.
 
 Tokenizers are loaded once per class, off the event loop:
-- reference-engine classes (weights "smollm2" or "tiny", which share the SmolLM2 tokenizer): from the
-  engine's on-disk cache (engine.reference.weights; FLEET_CACHE_DIR), never loading model weights;
+- reference-engine classes (weights in engine.contract.REFERENCE_MODELS, which share the SmolLM2 tokenizer):
+  from the engine's on-disk cache (engine.contract.smollm2_cache_dir; FLEET_CACHE_DIR), never loading model
+  weights and never importing the engine;
 - vLLM classes: `transformers.AutoTokenizer` for the class's tokenizer (or weights) from local files;
 - when neither is available: the engines' own `POST /tokenize` (vLLM and the reference engine have it),
   which costs a round trip per request but is always consistent.
@@ -25,14 +26,12 @@ from typing import Any, Protocol
 
 import httpx
 
+from engine.contract import REFERENCE_MODELS, smollm2_cache_dir
 from engine.hashing import block_hashes_int64
 from fleetctl.gateway.errors import NoRoute
 from fleetctl.replica_class import ReplicaClassSpec
 
 log = logging.getLogger(__name__)
-
-REFERENCE_WEIGHTS = ("smollm2", "tiny")
-
 
 class PromptTokenizer(Protocol):
     async def chat(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]: ...
@@ -106,20 +105,12 @@ class RemoteTokenizer:
         return await self._tokenize({"prompt": prompt})
 
 
-def reference_tokenizer_dir(cache_dir: Path | None) -> Path:
-    """Where the reference engine caches the SmolLM2 tokenizer (imported lazily: engine.reference uses torch)."""
-    from engine.reference.config import default_cache_dir
-    from engine.reference.weights import CACHE_NAME
-
-    return (cache_dir or default_cache_dir()) / CACHE_NAME
-
-
 def load_local_tokenizer(spec: ReplicaClassSpec, cache_dir: Path | None) -> LocalTokenizer | None:
     """The class's tokenizer from local files, or None when there is none. Never loads model weights."""
     from transformers import AutoTokenizer
 
-    if spec.backend == "reference" and spec.weights in REFERENCE_WEIGHTS and spec.tokenizer is None:
-        path = reference_tokenizer_dir(cache_dir)
+    if spec.backend == "reference" and spec.weights in REFERENCE_MODELS and spec.tokenizer is None:
+        path = smollm2_cache_dir(cache_dir)
         if not (path / "tokenizer.json").exists():
             log.warning("no cached SmolLM2 tokenizer at %s (start an engine once to build it)", path)
             return None
@@ -140,7 +131,7 @@ class TokenizerKey:
 
     @classmethod
     def of(cls, spec: ReplicaClassSpec) -> "TokenizerKey":
-        weights = "smollm2" if spec.backend == "reference" and spec.weights in REFERENCE_WEIGHTS else spec.weights
+        weights = "smollm2" if spec.backend == "reference" and spec.weights in REFERENCE_MODELS else spec.weights
         return cls(spec.backend, weights, spec.tokenizer)
 
 

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from fleetctl.gateway.engine_http import EngineClient, EngineConnectError, EngineHTTPError, EngineResponse
+from fleetctl.httpwire import EngineClient, EngineConnectError, EngineHTTPError, EngineResponse
 
 PENDING = object()  # next() timed out; the read goes on
 END = object()  # the stream ended

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.launch import LaunchError, PortBlock, render_launch
-from agent.models import EngineAssignment
+from engine.contract import EngineAssignment
 from fleetctl.replica_class import ReplicaClassSpec
 
 PORTS = PortBlock(http=8100, kv_events=8101, replay=8102)

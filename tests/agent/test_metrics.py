@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.metrics import parse_engine_metrics
-from agent.models import EngineMetrics
+from engine.contract import EngineMetrics, EngineObserved
 
 # As vLLM v1 exposes them (docs: reference/vllm-contracts.md), with two DP ranks for the summing rules.
 SAMPLE = """\
@@ -59,3 +59,17 @@ def test_absent_series_read_as_zero():
 def test_malformed_text_is_a_value_error():
     with pytest.raises(ValueError):
         parse_engine_metrics("vllm:num_requests_running{engine=0} not-a-number\n")
+
+
+def test_nan_infinite_and_negative_samples_never_break_the_report():
+    text = (
+        'vllm:num_requests_running{engine="0"} NaN\nvllm:num_requests_running{engine="1"} 2\n'
+        'vllm:num_requests_waiting{engine="0"} -3\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 1.5\nvllm:kv_cache_usage_perc{engine="1"} +Inf\n'
+        'vllm:prefix_cache_queries_total{engine="0"} -Inf\n'
+        'vllm:prefix_cache_hits_total{engine="0"} 1e308\nvllm:prefix_cache_hits_total{engine="1"} 1e308\n'
+    )
+    metrics = parse_engine_metrics(text)
+    assert metrics == EngineMetrics(num_requests_running=2, kv_cache_usage_perc=1.0)
+    observed = EngineObserved(name="e-0", model="m", class_ref="c@r1", role="mixed", state="ready", metrics=metrics)
+    assert EngineObserved.model_validate(observed.model_dump(mode="json")).metrics == metrics

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.models import EngineAssignment, EngineObserved
 from agent.plan import Action, plan_actions
+from engine.contract import EngineAssignment, EngineObserved
 
 SPEC = {"model": "tiny", "weights": "tiny"}
 

@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from agent.launch import port_layout, port_width
-from agent.models import EngineAssignment
 from agent.ports import parse_port_range, pick_port_block, port_is_free
+from engine.contract import EngineAssignment
 
 
 def always_free(port: int) -> bool:

@@ -21,7 +21,7 @@ from agent.engine_slot import (
     StopNow, Tick, Unassign, adopted, is_forgettable, transition,
 )
 from agent.launch import PortBlock
-from agent.models import EngineAssignment, EngineMetrics
+from engine.contract import EngineAssignment, EngineMetrics
 
 
 def upper(low: float, high: float) -> float:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fleetctl.controller.placement import (
     DeploymentView,
-    EngineAssignment,
     NodeView,
+    PlannedEngine,
     changed_nodes,
     nodes_gone_quiet,
     plan_assignments,
@@ -29,11 +29,11 @@ def node(name: str, capacity: int = 4, **node_labels: str) -> NodeView:
     return NodeView(name=name, capacity_engines=capacity, labels=node_labels)
 
 
-def names(plan: dict[str, list[EngineAssignment]], node_name: str, drain: bool | None = None) -> list[str]:
+def names(plan: dict[str, list[PlannedEngine]], node_name: str, drain: bool | None = None) -> list[str]:
     return [a.name for a in plan[node_name] if drain is None or a.drain == drain]
 
 
-def with_plan(nodes: list[NodeView], plan: dict[str, list[EngineAssignment]]) -> list[NodeView]:
+def with_plan(nodes: list[NodeView], plan: dict[str, list[PlannedEngine]]) -> list[NodeView]:
     """The nodes as they look after the plan was stored (generation advanced where it changed)."""
     current = {n.name: n.assignments for n in nodes}
     changed = set(changed_nodes(current, plan))
@@ -104,7 +104,7 @@ def test_down_node_keeps_its_engines_and_they_are_not_replaced() -> None:
 
 
 def test_down_node_keeps_drained_engines_until_it_reports() -> None:
-    a = NodeView("a", state="down", assignments=(EngineAssignment("chat-0", "chat", "m", "chat@r1", "mixed", drain=True),),
+    a = NodeView("a", state="down", assignments=(PlannedEngine("chat-0", "chat", "m", "chat@r1", "mixed", drain=True),),
                  generation=3, applied_generation=3)
     plan = plan_assignments([], CLASSES, [a])
     assert names(plan, "a", drain=True) == ["chat-0"]
@@ -121,7 +121,7 @@ def test_drained_node_engines_drain_and_get_replacements_elsewhere() -> None:
 
 
 def test_drained_assignment_is_dropped_once_stopped() -> None:
-    drained = EngineAssignment("chat-0", "chat", "m", "chat@r1", "mixed", drain=True)
+    drained = PlannedEngine("chat-0", "chat", "m", "chat@r1", "mixed", drain=True)
     running = NodeView("a", assignments=(drained,), observed={"chat-0": "draining"}, generation=2, applied_generation=2)
     assert names(plan_assignments([], CLASSES, [running]), "a") == ["chat-0"]
     stopped = replace(running, observed={"chat-0": "stopped"})

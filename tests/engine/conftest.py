@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from agent.ports import free_port
+from engine.contract.prometheus import parse_samples, sum_series
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_API_KEY = "test-key-123"
@@ -64,10 +64,10 @@ class EngineProcess:
 
     def metrics(self) -> dict[str, list]:
         """Samples by sample name (e.g. "vllm:prompt_tokens_total" -> [Sample, ...])."""
-        return scrape(self.get("/metrics").text)
+        return parse_samples(self.get("/metrics").text)
 
     def metric(self, name: str, **labels: str) -> float:
-        return metric_value(self.metrics(), name, **labels)
+        return sum_series(self.metrics(), name, **labels)
 
     def wait_for(self, predicate: Callable[[dict[str, list]], bool], timeout_s: float = 30.0) -> dict[str, list]:
         """Poll /metrics until predicate(samples) holds; the samples, or AssertionError with the last ones."""
@@ -82,7 +82,7 @@ class EngineProcess:
 
     def wait_idle(self, timeout_s: float = 30.0) -> dict[str, list]:
         """Until no request runs or waits and no KV block is in use."""
-        return self.wait_for(lambda s: all(metric_value(s, name) == 0 for name in IDLE_GAUGES), timeout_s)
+        return self.wait_for(lambda s: all(sum_series(s, name) == 0 for name in IDLE_GAUGES), timeout_s)
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -115,24 +115,11 @@ class EngineProcess:
         return self.proc.returncode
 
 
-def scrape(text: str) -> dict[str, list]:
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def metric_value(samples: dict[str, list], name: str, **labels: str) -> float:
-    """The sum of a sample's values over the series whose labels include `labels` (0 if none)."""
-    return sum(s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items()))
-
-
 IDLE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
 
 def _gauges(samples: dict[str, list]) -> dict[str, float]:
-    return {name: metric_value(samples, name) for name in IDLE_GAUGES}
+    return {name: sum_series(samples, name) for name in IDLE_GAUGES}
 
 
 def start_engine(log_dir: Path, *flags: str, api_key: str | None = None, env: dict | None = None,
@@ -163,7 +150,7 @@ def free_port_fixture() -> Callable[[], int]:
 @pytest.fixture(name="metric_value", scope="session")
 def metric_value_fixture() -> Callable[..., float]:
     """metric_value(samples, name, **labels): the summed value of matching series in a scrape."""
-    return metric_value
+    return sum_series
 
 
 @pytest.fixture(scope="module")

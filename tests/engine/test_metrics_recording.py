@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine import metric_names as m
+from engine.contract.prometheus import parse_samples
 from engine.reference.metrics import CacheInfo, EngineMetrics
 from engine.reference.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
 
@@ -17,10 +17,9 @@ def make_metrics() -> EngineMetrics:
 
 
 def sample(metrics: EngineMetrics, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(metrics.exposition().decode()):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
+    for s in parse_samples(metrics.exposition().decode()).get(name, ()):
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
     raise KeyError(name)
 
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from agent.ports import free_port, port_is_free
+# the gateway tests' metric helpers: scrape(text) -> {name: [Sample]}, metric_value(samples, name, **labels)
+from engine.contract.prometheus import parse_samples as scrape  # noqa: F401
+from engine.contract.prometheus import sum_series as metric_value  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 240.0  # model or tokenizer load on a busy 2-core machine
@@ -31,19 +33,6 @@ def free_port_pair() -> int:
         port = free_port()
         if port < 65535 and port_is_free(port + 1):
             return port
-
-
-def scrape(text: str) -> dict[str, list]:
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def metric_value(samples: dict[str, list], name: str, **labels: str) -> float:
-    """The sum over the series of `name` whose labels include `labels` (0 if none)."""
-    return sum(s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def wait_until(probe: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1) -> object:

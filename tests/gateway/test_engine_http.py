@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetctl.gateway.engine_http import (
+from fleetctl.gateway.upstream import END, PENDING, SSEEvent, SSEReader, open_stream, post_json, split_events, UpstreamFailure
+from fleetctl.httpwire import (
     EngineClient,
     EngineConnectError,
     EngineDisconnected,
     EngineProtocolError,
 )
-from fleetctl.gateway.upstream import END, PENDING, SSEEvent, SSEReader, open_stream, post_json, split_events, UpstreamFailure
 
 
 class ScriptedServer:

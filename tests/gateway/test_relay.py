@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from fleetctl.gateway.engine_http import EngineDisconnected
 from fleetctl.gateway.relay import DONE, KEEPALIVE, ChunkHeader, StreamWatch, relay
 from fleetctl.gateway.upstream import END, PENDING, SSEEvent, is_first_token, num_new_tokens
+from fleetctl.httpwire import EngineDisconnected
 
 
 def chunk(text: str = "", finish: str | None = None) -> SSEEvent:

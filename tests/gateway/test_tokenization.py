@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from engine.reference.config import default_cache_dir
+from engine.contract import default_cache_dir
 from engine.reference.weights import ensure_smollm2_cache
 from fleetctl.gateway.tokenization import LocalTokenizer
 

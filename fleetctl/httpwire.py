@@ -1,4 +1,6 @@
-"""A lean HTTP/1.1 client for the gateway's calls to engines: the request path, and nothing else.
+"""A lean HTTP/1.1 client on kept-alive connections, for the hot paths where httpx costs too much CPU: the
+gateway's request path to engines (its main user) and the controller benchmark's simulated agents. It
+imports nothing of fleetctl, so any part may use it.
 
 Why not httpx here: the gateway's added latency is its CPU per request, and per streamed request httpx,
 httpcore and anyio cost about 0.9 ms of the gateway's ~3 ms (py-spy, benchmarks/routing.py's latency phase):
@@ -30,9 +32,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from fleetctl.client import KEEPALIVE_EXPIRY_S
-
-IDLE_EXPIRY_S = KEEPALIVE_EXPIRY_S  # below uvicorn's (and so vLLM's) default 5 s keep-alive
+# Idle kept-alive connections are dropped before uvicorn's 5 s keep-alive closes them (engines, vLLM and the
+# controller all serve with uvicorn): a request sent just as the server closes its end fails without an answer.
+KEEPALIVE_EXPIRY_S = 4.0
 MAX_IDLE_PER_ENGINE = 64
 _PAUSE_ABOVE = 256 * 1024  # buffered body bytes before the socket stops being read (back-pressure)
 
@@ -258,7 +260,7 @@ def _resolve(waiter: asyncio.Future, value: object) -> None:
 class EngineClient:
     """Kept-alive connections to engines, per (scheme, host, port)."""
 
-    def __init__(self, idle_expiry_s: float = IDLE_EXPIRY_S, max_idle_per_engine: int = MAX_IDLE_PER_ENGINE,
+    def __init__(self, idle_expiry_s: float = KEEPALIVE_EXPIRY_S, max_idle_per_engine: int = MAX_IDLE_PER_ENGINE,
                  ssl_context: ssl.SSLContext | None = None):
         self.idle_expiry_s = idle_expiry_s
         self.max_idle_per_engine = max_idle_per_engine
