@@ -13,17 +13,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.contract import REFERENCE_MODELS
+from engine.contract.bounds import Finite, Int64, SafeStr
 
 CORRECTNESS = "correctness"
 PERFORMANCE = "performance"
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 REF_PATTERN = re.compile(r"^(?P<name>[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)@r(?P<revision>[1-9][0-9]*)$")
+
+
+EngineArgName = Annotated[SafeStr, Field(min_length=1, max_length=100)]
+EngineArgValue = bool | Int64 | Finite | Annotated[SafeStr, Field(max_length=4000)]
 
 
 def _tag(tag: str, description: str, **kwargs: Any) -> Any:
@@ -36,15 +41,15 @@ class ReplicaClassSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # --- correctness: any change here can change the tokens a request gets ---
-    model: str = _tag(CORRECTNESS, "the name clients ask for, e.g. smollm2-135m", min_length=1)
+    model: SafeStr = _tag(CORRECTNESS, "the name clients ask for, e.g. smollm2-135m", min_length=1, max_length=200)
     backend: Literal["reference", "vllm"] = _tag(CORRECTNESS, "engine implementation", default="reference")
-    weights: str = _tag(CORRECTNESS, "weights: 'smollm2' or 'tiny' for the reference engine; a model id or path for vLLM", min_length=1)
-    weights_revision: str = _tag(CORRECTNESS, "revision of the weights (a hub revision or file digest)", default="main", min_length=1)
-    tokenizer: str | None = _tag(CORRECTNESS, "tokenizer, if not the weights' own", default=None)
+    weights: SafeStr = _tag(CORRECTNESS, "weights: 'smollm2' or 'tiny' for the reference engine; a model id or path for vLLM", min_length=1, max_length=500)
+    weights_revision: SafeStr = _tag(CORRECTNESS, "revision of the weights (a hub revision or file digest)", default="main", min_length=1, max_length=200)
+    tokenizer: SafeStr | None = _tag(CORRECTNESS, "tokenizer, if not the weights' own", default=None, max_length=500)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = _tag(CORRECTNESS, "weights/activation dtype", default="float32")
     kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16", "fp8"] = _tag(CORRECTNESS, "KV cache dtype", default="auto")
     max_model_len: int = _tag(CORRECTNESS, "context window in tokens", default=2048, gt=0, le=1_048_576)
-    rope_scaling: float | None = _tag(CORRECTNESS, "linear RoPE scaling factor", default=None, gt=0)
+    rope_scaling: float | None = _tag(CORRECTNESS, "linear RoPE scaling factor", default=None, gt=0, le=1024, allow_inf_nan=False)
     sampler: Literal["exact", "approximate_topk"] = _tag(CORRECTNESS, "sampler implementation", default="exact")
     # --- performance: cannot change tokens ---
     block_size: int = _tag(PERFORMANCE, "tokens per KV block", default=16, gt=0, le=256)
@@ -57,7 +62,8 @@ class ReplicaClassSpec(BaseModel):
     tensor_parallel_size: int = _tag(PERFORMANCE, "vLLM: tensor parallel size", default=1, gt=0, le=64)
     pipeline_parallel_size: int = _tag(PERFORMANCE, "vLLM: pipeline parallel size", default=1, gt=0, le=64)
     data_parallel_size: int = _tag(PERFORMANCE, "vLLM: data parallel size", default=1, gt=0, le=64)
-    engine_args: dict[str, str | int | float | bool] = _tag(PERFORMANCE, "extra engine flags, e.g. {'enforce-eager': true}", default_factory=dict)
+    engine_args: dict[EngineArgName, EngineArgValue] = _tag(
+        PERFORMANCE, "extra engine flags, e.g. {'enforce-eager': true}", default_factory=dict, max_length=64)
 
     @field_validator("model", "weights", "weights_revision")
     @classmethod

@@ -7,11 +7,12 @@ Responses are described here so the OpenAPI schema documents them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.contract import EngineAssignment, EngineObserved
+from engine.contract.bounds import Count32, SafeStr, Seconds, Url
 from fleetctl.controller.schemas import LabelMap, Name, NonBlank
 
 AGENT_INPUT = ConfigDict(extra="ignore")
@@ -21,7 +22,7 @@ class Capacity(BaseModel):
     model_config = AGENT_INPUT
 
     engines: int = Field(ge=0, le=10_000, description="how many engines the node may run")
-    kv_mib: int = Field(ge=0, description="KV memory the node offers, MiB")
+    kv_mib: Count32 = Field(description="KV memory the node offers, MiB")
 
 
 class RegisterRequest(BaseModel):
@@ -31,7 +32,7 @@ class RegisterRequest(BaseModel):
     url: NonBlank = Field(description="the agent's base URL")
     labels: LabelMap = Field(default_factory=dict)
     capacity: Capacity
-    agent_version: str = Field(default="", max_length=100)
+    agent_version: Annotated[SafeStr, Field(max_length=100)] = ""
 
 
 class RegisterResponse(BaseModel):
@@ -44,9 +45,9 @@ class HeartbeatRequest(BaseModel):
     model_config = AGENT_INPUT
 
     node: Name
-    generation: int = Field(ge=0, description="the last assignment generation the agent applied")
+    generation: Count32 = Field(description="the last assignment generation the agent applied")
     engines: list[EngineObserved] = Field(default_factory=list, max_length=10_000)
-    cut_off_s: float | None = Field(default=None, ge=0, description="seconds unreachable before this beat")
+    cut_off_s: Seconds | None = Field(default=None, description="seconds unreachable before this beat")
 
     @field_validator("engines")
     @classmethod
@@ -94,9 +95,9 @@ class GatewayReport(BaseModel):
     model_config = AGENT_INPUT
 
     name: Name
-    url: str | None = Field(default=None, max_length=500, description="the gateway's base URL, if it has one")
+    url: Url | None = Field(default=None, description="the gateway's base URL, if it has one")
     generation: int = Field(ge=0, le=2**63 - 1, description="generation of the routing table it applied")
-    table_age_s: float = Field(ge=0, allow_inf_nan=False, description="seconds since that table was fetched")
+    table_age_s: Seconds = Field(description="seconds since that table was fetched")
     refresh_interval_s: float | None = Field(
         default=None, gt=0, le=3600, allow_inf_nan=False,
         description="seconds between its refreshes (and reports); default 2. Stale after 3 missed",

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from engine.contract.bounds import Finite, FreeText, Int64, SafeStr
 from fleetctl.replica_class import NAME_PATTERN, ReplicaClassSpec
 
 LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
@@ -35,9 +36,10 @@ def _labels(value: dict[str, str]) -> dict[str, str]:
 
 
 Name = Annotated[str, Field(max_length=63), AfterValidator(_name)]
-NonBlank = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
-LabelMap = Annotated[dict[str, str], Field(max_length=64), AfterValidator(_labels)]
-Reason = Annotated[str | None, Field(max_length=2000, description="why (recorded in the audit log)")]
+NonBlank = Annotated[SafeStr, Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
+LabelMap = Annotated[dict[str, SafeStr], Field(max_length=64), AfterValidator(_labels)]
+Reason = Annotated[FreeText | None, Field(description="why (recorded in the audit log)")]
+ClassRef = Annotated[SafeStr, Field(min_length=1, max_length=80, description="a class revision, NAME@rN")]
 TokenRole = Literal["viewer", "operator", "admin", "agent"]
 
 
@@ -53,15 +55,16 @@ class ClassApply(Body):
 
 
 class DeploymentSet(Body):
-    class_ref: NonBlank = Field(description="NAME@rN, or NAME for its latest revision (stored resolved)")
-    model: NonBlank | None = Field(default=None, description="default: the class's model; must equal it")
+    class_ref: ClassRef = Field(description="NAME@rN, or NAME for its latest revision (stored resolved)")
+    model: Annotated[NonBlank, Field(max_length=200)] | None = Field(
+        default=None, description="default: the class's model; must equal it")
     role: Literal["mixed", "prefill", "decode"] = "mixed"
     replicas: int = Field(ge=0, le=10_000)
     placement: LabelMap = Field(default_factory=dict, description="node labels that must all match")
 
 
 class TrafficSet(Body):
-    weights: dict[str, float] = Field(
+    weights: dict[ClassRef, Finite] = Field(
         min_length=1, max_length=1000,
         description="class revision NAME@rN -> weight (>= 0, relative; some positive); checked by traffic_guard",
     )
@@ -70,7 +73,8 @@ class TrafficSet(Body):
 
 
 class FlagSet(Body):
-    value: bool | int | float | str
+    value: bool | Int64 | Finite | Annotated[SafeStr, Field(max_length=1000)] = Field(
+        description="a boolean, a 64-bit integer, a finite number or a string of at most 1,000 characters")
 
 
 class TokenCreate(Body):

@@ -34,11 +34,28 @@ def validation_error(errors: list[Any]) -> ValidationFailed:
         return ValidationFailed(f"body: invalid JSON ({first.get('msg')})", field="body")
     path = loc[1:] if loc and loc[0] in _LOCATIONS else loc
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    union = _union_members(errors, loc)
+    if union:  # every member of a union refused the value: name the field, not the first member's tag
+        path = path[:-1]
+        message = "matches none of its accepted forms: " + "; ".join(union)
     named = _NAMED_IN_MESSAGE.match(message)
     if named:
         path, message = [*path, named.group(1)], named.group(2)
     field = ".".join(path) or (loc[0] if loc else None)
     return ValidationFailed(f"{field}: {message}" if field else message, field=field)
+
+
+def _union_members(errors: list[Any], loc: list[str]) -> list[str]:
+    """The members' messages when `errors` are one union field's refusals (same location but the last
+    element, the member's tag); empty otherwise."""
+    if len(errors) < 2 or len(loc) < 2:
+        return []
+    same_field = [e for e in errors if [str(p) for p in e.get("loc", ())][:-1] == loc[:-1]]
+    value = errors[0].get("input")
+    # sibling fields of one object also share a prefix, but each has its own input (or is missing)
+    if len(same_field) < 2 or any(e.get("type") == "missing" or e.get("input") is not value for e in same_field):
+        return []
+    return [f"{e['loc'][-1]}: {str(e.get('msg', '')).removeprefix('Value error, ')}" for e in same_field[:4]]
 
 
 async def _fleet_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.contract.bounds import find_unsafe_text, text_problem
 from fleetctl.controller import audit
 from fleetctl.controller.auth import UNAUTHENTICATED, bearer, identify
 from fleetctl.errors import ValidationFailed
@@ -40,12 +41,15 @@ class RequestContext:
     digest: str
     reason: str | None
     name: str | None = None  # the body's `name`, the audit target when the path names none
+    unsafe: ValidationFailed | None = None  # a string in the request that cannot be stored (`unsafe_text`)
 
     @classmethod
     def of(cls, scope: Scope, body: bytes) -> "RequestContext":
         parsed = _json_object(body)
         name = parsed.get("name")
-        return cls(audit.payload_digest(body), _reason(scope, parsed), name if isinstance(name, str) else None)
+        reason = _reason(scope, parsed)
+        unsafe = unsafe_text(scope, parsed)
+        return cls(audit.payload_digest(body), None if unsafe else reason, name if isinstance(name, str) else None, unsafe)
 
 
 class TooLarge(Exception):
@@ -71,6 +75,9 @@ class RequestGuard:
         # reports are neither audited nor named: skip parsing and hashing the body of the highest-rate calls
         context = RequestContext("", None) if report else RequestContext.of(scope, body)
         scope[CONTEXT_KEY] = context
+        if context.unsafe is not None:
+            await self._refuse(runtime, scope, send, context, audited, context.unsafe)
+            return
         if not report:
             await _read_your_beats(runtime)
         response = _ResponseTap(send)
@@ -86,13 +93,18 @@ class RequestGuard:
             # refresh the cached assignments now: the change reaches the agents on their next beat
             await run_in_threadpool(runtime.flush_heartbeats)
 
-    @staticmethod
-    async def _refuse_too_large(runtime: Any, scope: Scope, send: Send, audited: bool) -> None:
+    async def _refuse_too_large(self, runtime: Any, scope: Scope, send: Send, audited: bool) -> None:
         limit = runtime.settings.max_body_bytes
         error = ValidationFailed(f"body: larger than {limit} bytes", code="payload_too_large", status=413, field="body")
+        await self._refuse(runtime, scope, send, RequestContext.of(scope, b""), audited, error)
+
+    @staticmethod
+    async def _refuse(runtime: Any, scope: Scope, send: Send, context: RequestContext, audited: bool,
+                      error: ValidationFailed) -> None:
+        """Answer before the app runs (nothing was attempted), recording the refusal of a mutating call."""
         if audited:
-            await run_in_threadpool(_record_refusal, runtime, scope, RequestContext.of(scope, b""), 413, error.code)
-        await _send_json(send, 413, error.to_body())
+            await run_in_threadpool(_record_refusal, runtime, scope, context, error.status, error.code)
+        await _send_json(send, error.status, error.to_body())
 
 
 async def _read_your_beats(runtime: Any) -> None:
@@ -103,6 +115,27 @@ async def _read_your_beats(runtime: Any) -> None:
     buffer = runtime.heartbeats
     if buffer is not None and buffer.pending:
         await run_in_threadpool(runtime.flush_heartbeats)
+
+
+def unsafe_text(scope: Scope, body: dict[str, Any]) -> ValidationFailed | None:
+    """A 422 naming the first place in the request (path, query, reason, JSON body) holding a string that
+    cannot be stored: a NUL (PostgreSQL's text refuses it) or an unpaired surrogate (it cannot be encoded).
+    One check for every route, so no handler, audit record or error message ever meets such a string."""
+    raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogatepass")
+    places: list[tuple[str, Any]] = [
+        ("path", unquote(raw_path.decode("latin-1"), errors="surrogateescape")),
+        ("query", unquote(scope.get("query_string", b"").decode("latin-1"), errors="surrogateescape")),
+        ("X-Fleet-Reason", unquote(_header(scope, REASON_HEADER) or "", errors="surrogateescape")),
+    ]
+    for field, value in places:
+        problem = text_problem(value)
+        if problem:
+            return ValidationFailed(f"{field}: {problem}", field=field)
+    found = find_unsafe_text(body)
+    if found:
+        where, problem = found
+        return ValidationFailed(f"{where}: {problem}", field=where)
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -221,6 +254,8 @@ def _record_refusal(runtime: Any, scope: Scope, context: RequestContext, status:
         return  # not a route of ours (404 on an unknown path): nothing was attempted
     action, params = route
     target = "/".join(str(v) for v in params.values()) or context.name or ""
+    if text_problem(target):  # a refused name that cannot be stored: record it escaped
+        target = target.encode("unicode_escape").decode("ascii")
     entry = audit.AuditRecord(
         actor=_actor(runtime, scope), action=action, target=target, reason=context.reason, payload_digest=context.digest,
         result=audit.REFUSED if status < 500 else audit.ERROR, status=status, code=code,
