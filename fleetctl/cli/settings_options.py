@@ -40,11 +40,13 @@ class OptionMap:
 
 
 def setting_option(model: type[BaseModel], field: str, *flags: str, default_text: str | None = None,
-                   help_prefix: str = "", **kwargs: Any) -> Any:
+                   help_prefix: str = "", help_suffix: str = "", **kwargs: Any) -> Any:
     """A typer option for `field` of `model` (give it the default None in the signature). `default_text` is
     what the command uses when the option is not given, where that is not the field's own default;
-    `help_prefix` says how the option's value becomes the field's (e.g. "file holding the ")."""
-    return typer.Option(*flags, help=help_prefix + field_help(model, field, default_text), show_default=False, **kwargs)
+    `help_prefix` says how the option's value becomes the field's (e.g. "file holding the "); `help_suffix`
+    adds what the command knows and the field does not (e.g. the environment variable it also reads)."""
+    text = help_prefix + field_help(model, field, default_text) + help_suffix
+    return typer.Option(*flags, help=text, show_default=False, **kwargs)
 
 
 def given(**options: Any) -> dict[str, Any]:
