@@ -63,7 +63,7 @@ class EngineConfig(ProcessSettings):
     # --- serving ---
     role: Role = Field(default="mixed", description="mixed, prefill or decode (P/D)")
     host: str = Field(default="127.0.0.1", description="address to bind; also the remote_host a prefill engine advertises")
-    port: int = Field(default=8100, ge=0, le=65535, description="HTTP port")
+    port: int = Field(default=8100, ge=0, le=65535, description="TCP port the HTTP API listens on")
     engine_id: str = Field(
         default_factory=lambda: uuid.uuid4().hex[:12],
         description="remote_engine_id in P/D kv_transfer_params; default a random one")
