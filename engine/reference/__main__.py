@@ -2,7 +2,8 @@
 
 The model loads before the port is bound, so /health answers only once the engine is ready. The first
 SIGTERM (or SIGINT) drains: /health and new /v1 requests get 503 with Retry-After, in-flight requests get
---drain-grace-s to finish, then the process exits 0. A second signal exits at once.
+--drain-grace-s to finish, then the process exits 0. A second signal exits at once. A flag value the
+settings refuse (e.g. `--port 70000`) exits 2 with one line naming the field, before anything loads.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from types import FrameType
 
 import uvicorn
 
+from engine.process_settings import SettingsError
 from engine.reference.cli_args import build_parser, config_from_args
 
 log = logging.getLogger("engine.reference")
@@ -49,10 +51,18 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+USAGE_ERROR = 2  # as argparse exits on a bad flag
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except SettingsError as exc:  # a value argparse's types let through but the settings refuse: one line
+        print(f"{parser.prog}: error: {exc.message}", file=sys.stderr)
+        return USAGE_ERROR
 
     from engine.reference.async_engine import AsyncEngine  # torch: imported only when serving
     from engine.reference.server import build_app

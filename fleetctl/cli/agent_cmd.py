@@ -6,8 +6,9 @@
     fleetctl engine serve [engine.reference flags ...]      # one reference engine in the foreground
 
 `engine serve` joins the `engine` noun of engine_cmd.py (mounted when this module is imported, which
-main.py does before it runs any command). The agent and engine packages are imported inside the commands:
-the rest of the CLI never loads them.
+main.py does before it runs any command). `agent serve`'s options are AgentSettings' fields
+(fleetctl/cli/settings_options.py): their help and defaults come from the settings class. Of the agent and
+engine packages only the settings modules load with the CLI; the rest is imported inside the commands.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from typing import Annotated, Any
 
 import typer
 
+from agent.settings import AgentSettings
+from engine.process_settings import plain_default
 from fleetctl.cli import engine_cmd
 from fleetctl.cli.context import YesOption, cli, local_token
 from fleetctl.cli.output import Format, JsonOutputOption, col, emit, status
+from fleetctl.cli.settings_options import OptionMap, build_settings, given, setting_option
 from fleetctl.errors import Conflict, Unavailable, ValidationFailed, error_from_body
 
 NAME = "agent"
@@ -39,45 +43,81 @@ AgentOption = Annotated[str, typer.Option("--agent", envvar="FLEET_AGENT_URL", h
 # --- fleetctl agent serve ---------------------------------------------------------------------------------
 
 
+def _opt(field: str, *flags: str, **kwargs: Any) -> Any:
+    return setting_option(AgentSettings, field, *flags, **kwargs)
+
+
+SERVE_OPTIONS = OptionMap(
+    settings=AgentSettings,
+    renamed={"controller": "controller_url", "token_file": "token", "label": "labels",
+             "admin_token_file": "admin_token"},
+    not_settings={"log_level": "how much the process logs, not how the agent behaves"},
+    not_options={
+        "controller_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
+        "restart_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
+    },
+)
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
-    node: Annotated[str, typer.Option("--node", envvar="FLEET_NODE", help="this node's name (lowercase letters, digits, '-')")],
-    controller: Annotated[str | None, typer.Option("--controller", help="controller URL [default: fleetctl --controller / $FLEET_CONTROLLER]", show_default=False)] = None,
-    token_file: Annotated[Path | None, typer.Option("--token-file", help="file with the agent (or admin) token [default: --token / $FLEET_TOKEN, else the local bootstrap token]", show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="address of the local API and of the engines")] = "127.0.0.1",
-    advertise_host: Annotated[str | None, typer.Option("--advertise-host", help="host in the URLs the agent reports [default: --host]", show_default=False)] = None,
-    port: Annotated[int, typer.Option("--port", help="local API port (0: any free port)")] = 8090,
-    port_range: Annotated[str, typer.Option("--port-range", help="engine ports, LOW-HIGH inclusive; 3 per engine")] = "8100-8999",
-    state_dir: Annotated[Path | None, typer.Option("--state-dir", help="engine logs and records [default: $FLEET_STATE_DIR/agents/NODE]", show_default=False)] = None,
-    label: Annotated[list[str] | None, typer.Option("--label", help="node label KEY=VALUE (repeatable)")] = None,
-    admin_token_file: Annotated[Path | None, typer.Option("--admin-token-file", help="break-glass token, created if missing [default: STATE_DIR/admin-token]", show_default=False)] = None,
-    max_engines: Annotated[int, typer.Option("--max-engines", help="capacity: engines this node may run")] = 8,
-    kv_mib: Annotated[int, typer.Option("--kv-mib", help="capacity: MiB of KV memory")] = 4096,
-    keep_engines_on_exit: Annotated[bool, typer.Option("--keep-engines-on-exit", help="on SIGTERM leave engines running; the next agent re-adopts them")] = False,
+    node: Annotated[str, _opt("node", "--node", envvar="FLEET_NODE")],
+    controller: Annotated[str | None, _opt("controller_url", "--controller",
+                                           default_text="fleetctl --controller / $FLEET_CONTROLLER")] = None,
+    token_file: Annotated[Path | None, _opt("token", "--token-file", metavar="FILE", help_prefix="file holding the ",
+                                            default_text="--token / $FLEET_TOKEN, else the local bootstrap token")] = None,
+    host: Annotated[str | None, _opt("host", "--host")] = None,
+    advertise_host: Annotated[str | None, _opt("advertise_host", "--advertise-host")] = None,
+    port: Annotated[int | None, _opt("port", "--port", default_text=f"{plain_default(AgentSettings, 'port')}; "
+                                     "0: any free port")] = None,
+    port_range: Annotated[str | None, _opt("port_range", "--port-range", metavar="LOW-HIGH",
+                                           default_text="%d-%d" % plain_default(AgentSettings, "port_range"))] = None,
+    state_dir: Annotated[Path | None, _opt("state_dir", "--state-dir", default_text="$FLEET_STATE_DIR/agents/NODE")] = None,
+    label: Annotated[list[str] | None, _opt("labels", "--label", metavar="KEY=VALUE")] = None,
+    admin_token_file: Annotated[Path | None, _opt("admin_token", "--admin-token-file", metavar="FILE", help_prefix="file holding the ",
+                                                  default_text="STATE_DIR/admin-token, created if missing")] = None,
+    max_engines: Annotated[int | None, _opt("max_engines", "--max-engines")] = None,
+    kv_mib: Annotated[int | None, _opt("kv_mib", "--kv-mib")] = None,
+    hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
+    python: Annotated[str | None, _opt("python", "--python")] = None,
+    vllm_executable: Annotated[str | None, _opt("vllm_executable", "--vllm-executable")] = None,
+    tick_s: Annotated[float | None, _opt("tick_s", "--tick-s")] = None,
+    startup_timeout_s: Annotated[float | None, _opt("startup_timeout_s", "--startup-timeout-s")] = None,
+    unhealthy_after: Annotated[int | None, _opt("unhealthy_after", "--unhealthy-after")] = None,
+    stop_timeout_s: Annotated[float | None, _opt("stop_timeout_s", "--stop-timeout-s")] = None,
+    drain_timeout_s: Annotated[float | None, _opt("drain_timeout_s", "--drain-timeout-s")] = None,
+    stable_after_s: Annotated[float | None, _opt("stable_after_s", "--stable-after-s")] = None,
+    request_timeout_s: Annotated[float | None, _opt("request_timeout_s", "--request-timeout-s")] = None,
+    keep_engines_on_exit: Annotated[bool | None, _opt("keep_engines_on_exit", "--keep-engines-on-exit")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Run this node's agent until SIGTERM or Ctrl-C: register, heartbeat, run the assigned engines."""
     from agent.ports import free_port, parse_port_range
     from agent.runtime import AgentStartError
     from agent.runtime import serve as run_agent
-    from agent.settings import AgentSettings
     from fleetctl.client import AsyncControllerClient
     from fleetctl.controller.paths import default_state_dir
 
     root = cli(ctx)
     state = state_dir or default_state_dir() / "agents" / node
     try:
-        settings = AgentSettings(
-            controller_url=(controller or root.controller).rstrip("/"), node=node,
-            token=_read_secret(token_file) if token_file else root.token or local_token(),
-            state_dir=state, host=host, advertise_host=advertise_host, port=port or free_port(host),
-            port_range=parse_port_range(port_range), labels=_labels(label or []),
-            admin_token=ensure_secret(admin_token_file or state / ADMIN_TOKEN_FILE),
-            max_engines=max_engines, kv_mib=kv_mib, keep_engines_on_exit=keep_engines_on_exit,
-        )
-    except ValueError as exc:  # pydantic's ValidationError and the parsers' errors
-        raise ValidationFailed(" ".join(str(exc).split())) from None
+        engine_ports = parse_port_range(port_range) if port_range is not None else None
+    except ValueError as exc:
+        raise ValidationFailed(str(exc), field="port_range") from None
+    settings = build_settings(AgentSettings, {
+        "controller_url": (controller or root.controller).rstrip("/"), "node": node,
+        "token": _read_secret(token_file) if token_file else root.token or local_token(),
+        "state_dir": state, "labels": _labels(label or []),
+        "admin_token": ensure_secret(admin_token_file or state / ADMIN_TOKEN_FILE),
+        **given(host=host, advertise_host=advertise_host,
+                port=free_port(host or plain_default(AgentSettings, "host")) if port == 0 else port,
+                port_range=engine_ports, max_engines=max_engines, kv_mib=kv_mib, hash_seed=hash_seed, python=python,
+                vllm_executable=vllm_executable, tick_s=tick_s, startup_timeout_s=startup_timeout_s,
+                unhealthy_after=unhealthy_after, stop_timeout_s=stop_timeout_s, drain_timeout_s=drain_timeout_s,
+                stable_after_s=stable_after_s, request_timeout_s=request_timeout_s,
+                keep_engines_on_exit=keep_engines_on_exit),
+    })
     _configure_logging(log_level)
     try:
         run_agent(settings, AsyncControllerClient(settings.controller_url, token=settings.token, timeout=settings.request_timeout_s))

@@ -1,5 +1,7 @@
-"""`fleetctl controller serve|migrate`. The controller package is imported only here, and only when
-one of these runs, so other commands start fast."""
+"""`fleetctl controller serve|migrate`. Their options are ControllerSettings' fields
+(fleetctl/cli/settings_options.py): help and defaults come from the settings class, and an option not given
+leaves the environment's value or the field's default (`ControllerSettings.from_env`). Of the controller
+package only its settings module loads with the CLI; the server is imported when one of these runs."""
 
 from __future__ import annotations
 
@@ -7,40 +9,60 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
+from engine.process_settings import settings_problem
 from fleetctl.cli.output import status
+from fleetctl.cli.settings_options import OptionMap, setting_option
+from fleetctl.controller.settings import ENV_VARS, ControllerSettings
 from fleetctl.errors import Unavailable, ValidationFailed
 
 NAME = "controller"
 app = typer.Typer(no_args_is_help=True, help="Run the controller, or migrate its database.")
 
-DbUrlOption = Annotated[str | None, typer.Option("--db-url", help="SQLAlchemy URL [env FLEET_DB_URL; default SQLite in the state dir]", show_default=False)]
-StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="state directory [env FLEET_STATE_DIR; default ~/.local/state/fleetctl]", show_default=False)]
+def _opt(field: str, *flags: str) -> Any:
+    env = f"; env {ENV_VARS[field]}" if field in ENV_VARS else ""
+    return setting_option(ControllerSettings, field, *flags, help_suffix=env)
 
 
-def _settings(**overrides: Any) -> Any:
-    from pydantic import ValidationError
+DbUrlOption = Annotated[str | None, _opt("db_url", "--db-url")]
+StateDirOption = Annotated[Path | None, _opt("state_dir", "--state-dir")]
 
-    from fleetctl.controller.settings import ControllerSettings
+SERVE_OPTIONS = OptionMap(
+    settings=ControllerSettings,
+    renamed={"heartbeat_interval": "heartbeat_interval_s", "down_after": "down_after_s",
+             "reconcile_interval": "reconcile_interval_s", "heartbeat_flush": "heartbeat_flush_s"},
+    not_settings={"log_level": "how much the process logs, not how the controller behaves",
+                  "access_log": "how much the process logs, not how the controller behaves"},
+    not_options={
+        "bootstrap_token": f"a secret, read from env {ENV_VARS['bootstrap_token']} only (a flag would show it in "
+        "the process list)",
+        "background": "off only where tests build the API without its reconcile loop; a served controller runs it",
+    },
+)
 
+
+def _settings(**options: Any) -> Any:
     try:
-        return ControllerSettings.from_env(**overrides)
+        return ControllerSettings.from_env(**options)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ValidationFailed(f"setting {field}: {first['msg']}", field=field) from None
+        field, line = settings_problem(exc)
+        raise ValidationFailed(f"setting {line}", field=field) from None
 
 
 @app.command()
 def serve(
     db_url: DbUrlOption = None,
     state_dir: StateDirOption = None,
-    host: Annotated[str | None, typer.Option("--host", help="listen address [env FLEET_HOST; default 127.0.0.1]", show_default=False)] = None,
-    port: Annotated[int | None, typer.Option("--port", help="listen port [env FLEET_PORT; default 8080]", show_default=False)] = None,
-    heartbeat_interval: Annotated[float | None, typer.Option("--heartbeat-interval", help="seconds between agent heartbeats [default 5]", show_default=False)] = None,
-    down_after: Annotated[float | None, typer.Option("--down-after", help="seconds without heartbeat before a node is down [default 3 x interval]", show_default=False)] = None,
-    reconcile_interval: Annotated[float | None, typer.Option("--reconcile-interval", help="seconds between reconcile passes [default 2]", show_default=False)] = None,
-    heartbeat_flush: Annotated[float | None, typer.Option("--heartbeat-flush", help="seconds between batched heartbeat writes; 0: one transaction per beat [default 0.25]", show_default=False)] = None,
+    host: Annotated[str | None, _opt("host", "--host")] = None,
+    port: Annotated[int | None, _opt("port", "--port")] = None,
+    heartbeat_interval: Annotated[float | None, _opt("heartbeat_interval_s", "--heartbeat-interval")] = None,
+    down_after: Annotated[float | None, _opt("down_after_s", "--down-after")] = None,
+    reconcile_interval: Annotated[float | None, _opt("reconcile_interval_s", "--reconcile-interval")] = None,
+    heartbeat_flush: Annotated[float | None, _opt("heartbeat_flush_s", "--heartbeat-flush")] = None,
+    token_cache_s: Annotated[float | None, _opt("token_cache_s", "--token-cache-s")] = None,
+    max_body_bytes: Annotated[int | None, _opt("max_body_bytes", "--max-body-bytes")] = None,
+    migrate_on_start: Annotated[bool | None, _opt("migrate_on_start", "--migrate-on-start/--no-migrate-on-start")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="log every request")] = False,
 ) -> None:
@@ -49,7 +71,8 @@ def serve(
 
     settings = _settings(db_url=db_url, state_dir=state_dir, host=host, port=port, heartbeat_interval_s=heartbeat_interval,
                          down_after_s=down_after, reconcile_interval_s=reconcile_interval,
-                         heartbeat_flush_s=heartbeat_flush)
+                         heartbeat_flush_s=heartbeat_flush, token_cache_s=token_cache_s,
+                         max_body_bytes=max_body_bytes, migrate_on_start=migrate_on_start)
     run(settings, log_level=log_level.lower(), access_log=access_log)
 
 

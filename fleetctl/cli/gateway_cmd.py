@@ -3,8 +3,9 @@
     fleetctl gateway serve [--controller URL] [--token T] [--engines URL[,URL...]] [--host H] [--port P] ...
     fleetctl route explain --model M --prompt-file F [--chat] [--gateway URL] [-o table|json|yaml]
 
-NAME is None: main.py merges this module's two groups (`gateway`, `route`) into the root. The gateway
-package is imported only when `gateway serve` runs.
+NAME is None: main.py merges this module's two groups (`gateway`, `route`) into the root. `gateway serve`'s
+options are GatewaySettings' fields (fleetctl/cli/settings_options.py): their help and defaults come from
+the settings class. Of the gateway package only its settings module is imported until `gateway serve` runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import typer
 
 from fleetctl.cli.context import cli, local_token
 from fleetctl.cli.output import Format, OutputOption, col, emit
+from fleetctl.cli.settings_options import OptionMap, build_settings, given, setting_option
 from fleetctl.errors import Unavailable, ValidationFailed, error_from_body
+from fleetctl.gateway.settings import API_KEYS_ENV, ENGINE_API_KEY_ENV, GatewaySettings
 
 NAME = None
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
@@ -49,38 +52,58 @@ def _parse_flags(values: list[str]) -> dict[str, Any]:
     return flags
 
 
+def _opt(field: str, *flags: str, **kwargs: Any) -> Any:
+    return setting_option(GatewaySettings, field, *flags, **kwargs)
+
+
+SERVE_OPTIONS = OptionMap(
+    settings=GatewaySettings,
+    renamed={"controller": "controller_url", "token": "controller_token", "engines": "static_engines",
+             "flag": "static_flags", "name": "gateway_name"},
+    not_settings={"log_level": "how much the process logs, not how the gateway behaves"},
+    not_options={"api_keys_env": f"client keys are secrets, read from env {API_KEYS_ENV} only (a flag would "
+                 "show them in the process list)"},
+)
+
+
 @gateway_app.command()
 def serve(
     ctx: typer.Context,
-    controller: Annotated[str | None, typer.Option("--controller", help="controller URL [default: the global --controller]", show_default=False)] = None,
-    token: Annotated[str | None, typer.Option("--token", help="viewer token for the routing table [default: the global --token or the local bootstrap token]", show_default=False)] = None,
-    engines: Annotated[list[str] | None, typer.Option("--engines", help="static engines instead of a controller: URL[?role=prefill|decode&kv_events=tcp://H:P][,URL...]", show_default=False)] = None,
-    flag: Annotated[list[str] | None, typer.Option("--flag", help="static mode: a routing-table flag NAME=VALUE, e.g. pd_disabled:MODEL=true", show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="listen address")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="listen port")] = 8000,
-    name: Annotated[str | None, typer.Option("--name", help="the name the controller lists this gateway by [default: HOSTNAME-PORT]", show_default=False)] = None,
-    advertise_url: Annotated[str | None, typer.Option("--advertise-url", help="the URL reported to the controller [default: http://HOST:PORT]", show_default=False)] = None,
-    api_keys_file: Annotated[Path | None, typer.Option("--api-keys-file", help="client keys, lines NAME:KEY:RPS [also env FLEET_GATEWAY_API_KEYS]; none: open", show_default=False)] = None,
-    engine_api_key: Annotated[str | None, typer.Option("--engine-api-key", envvar="FLEET_ENGINE_API_KEY", help="key for engines started with --api-key", show_default=False)] = None,
-    admission: Annotated[bool, typer.Option("--admission/--no-admission", help="refuse requests predicted to break the SLO (429)")] = True,
-    ttft_slo_s: Annotated[float, typer.Option("--ttft-slo-s", help="admission: the predicted time-to-first-token limit, seconds")] = 30.0,
-    max_decode_slots: Annotated[int | None, typer.Option("--max-decode-slots", help="admission: concurrent decodes per engine [default: the class's max_num_seqs]", show_default=False)] = None,
-    max_retries: Annotated[int, typer.Option("--max-retries", help="other engines tried after a failure before the first token")] = 2,
-    connect_timeout_s: Annotated[float, typer.Option("--connect-timeout-s", help="engine connect timeout")] = 2.0,
-    first_token_timeout_s: Annotated[float, typer.Option("--first-token-timeout-s", help="request sent -> first token")] = 60.0,
-    idle_timeout_s: Annotated[float, typer.Option("--idle-timeout-s", help="longest silence inside a stream")] = 60.0,
-    request_timeout_s: Annotated[float, typer.Option("--request-timeout-s", help="a whole non-streamed answer")] = 600.0,
-    keepalive_interval_s: Annotated[float, typer.Option("--keepalive-interval-s", help="SSE keep-alive comment interval")] = 5.0,
-    probe_interval_s: Annotated[float, typer.Option("--probe-interval-s", help="engine /health and /metrics probe interval")] = 1.0,
-    table_refresh_s: Annotated[float, typer.Option("--table-refresh-s", help="routing-table refresh interval")] = 2.0,
-    locality_weight: Annotated[float, typer.Option("--locality-weight", help="scorer: worth of a second of prefill a cached prefix saves, against a second of queue (fleetctl/gateway/scorer.py)")] = 2.0,
-    hot_spot_factor: Annotated[float, typer.Option("--hot-spot-factor", help="scorer: an engine above this x the mean traffic share competes on load alone")] = 1.5,
-    hash_seed: Annotated[str | None, typer.Option("--hash-seed", help="prefix-hash seed [default: env FLEET_HASH_SEED or 0]", show_default=False)] = None,
+    controller: Annotated[str | None, _opt("controller_url", "--controller", default_text="the global --controller")] = None,
+    token: Annotated[str | None, _opt("controller_token", "--token",
+                                      default_text="the global --token or the local bootstrap token")] = None,
+    engines: Annotated[list[str] | None, _opt("static_engines", "--engines", metavar="URL[,URL...]")] = None,
+    flag: Annotated[list[str] | None, _opt("static_flags", "--flag", metavar="NAME=VALUE")] = None,
+    host: Annotated[str | None, _opt("host", "--host")] = None,
+    port: Annotated[int | None, _opt("port", "--port")] = None,
+    name: Annotated[str | None, _opt("gateway_name", "--name")] = None,
+    advertise_url: Annotated[str | None, _opt("advertise_url", "--advertise-url")] = None,
+    api_keys_file: Annotated[Path | None, _opt("api_keys_file", "--api-keys-file")] = None,
+    engine_api_key: Annotated[str | None, _opt("engine_api_key", "--engine-api-key", envvar=ENGINE_API_KEY_ENV)] = None,
+    admission: Annotated[bool | None, _opt("admission", "--admission/--no-admission")] = None,
+    ttft_slo_s: Annotated[float | None, _opt("ttft_slo_s", "--ttft-slo-s")] = None,
+    max_decode_slots: Annotated[int | None, _opt("max_decode_slots", "--max-decode-slots")] = None,
+    default_prefill_tokens_per_s: Annotated[float | None, _opt("default_prefill_tokens_per_s",
+                                                               "--default-prefill-tokens-per-s")] = None,
+    default_decode_step_s: Annotated[float | None, _opt("default_decode_step_s", "--default-decode-step-s")] = None,
+    max_retries: Annotated[int | None, _opt("max_retries", "--max-retries")] = None,
+    connect_timeout_s: Annotated[float | None, _opt("connect_timeout_s", "--connect-timeout-s")] = None,
+    first_token_timeout_s: Annotated[float | None, _opt("first_token_timeout_s", "--first-token-timeout-s")] = None,
+    idle_timeout_s: Annotated[float | None, _opt("idle_timeout_s", "--idle-timeout-s")] = None,
+    request_timeout_s: Annotated[float | None, _opt("request_timeout_s", "--request-timeout-s")] = None,
+    keepalive_interval_s: Annotated[float | None, _opt("keepalive_interval_s", "--keepalive-interval-s")] = None,
+    probe_interval_s: Annotated[float | None, _opt("probe_interval_s", "--probe-interval-s")] = None,
+    probe_timeout_s: Annotated[float | None, _opt("probe_timeout_s", "--probe-timeout-s")] = None,
+    table_refresh_s: Annotated[float | None, _opt("table_refresh_s", "--table-refresh-s")] = None,
+    locality_weight: Annotated[float | None, _opt("locality_weight", "--locality-weight")] = None,
+    hot_spot_factor: Annotated[float | None, _opt("hot_spot_factor", "--hot-spot-factor")] = None,
+    share_half_life_requests: Annotated[float | None, _opt("share_half_life_requests", "--share-half-life-requests")] = None,
+    max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
+    hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Run the gateway: OpenAI-compatible /v1 API routed over the fleet's engines."""
     from fleetctl.gateway.server import serve as run
-    from fleetctl.gateway.settings import GatewaySettings
     from fleetctl.gateway.static_table import parse_static_engines
 
     static = tuple(e for item in (engines or []) for e in item.split(",") if e.strip())
@@ -89,25 +112,21 @@ def serve(
     except ValueError as exc:
         raise ValidationFailed(str(exc), field="engines") from None
     root = cli(ctx)
-    options: dict[str, Any] = {}
-    if hash_seed is not None:
-        options["hash_seed"] = hash_seed
-    try:
-        settings = GatewaySettings(
-            host=host, port=port, gateway_name=name, advertise_url=advertise_url,
-            controller_url=None if static else (controller or root.controller),
-            controller_token=None if static else (token or root.token or local_token()),
-            static_engines=static, static_flags=_parse_flags(flag or []), table_refresh_s=table_refresh_s,
-            api_keys_file=api_keys_file, api_keys_env=os.environ.get("FLEET_GATEWAY_API_KEYS"),
-            engine_api_key=engine_api_key, probe_interval_s=probe_interval_s,
-            connect_timeout_s=connect_timeout_s, first_token_timeout_s=first_token_timeout_s,
-            idle_timeout_s=idle_timeout_s, request_timeout_s=request_timeout_s,
-            keepalive_interval_s=keepalive_interval_s, max_retries=max_retries,
-            admission=admission, ttft_slo_s=ttft_slo_s, max_decode_slots=max_decode_slots,
-            locality_weight=locality_weight, hot_spot_factor=hot_spot_factor, **options,
-        )
-    except ValueError as exc:
-        raise ValidationFailed(str(exc)) from None
+    table_source = {"static_engines": static, "static_flags": _parse_flags(flag or [])} if static else {
+        "controller_url": controller or root.controller, "controller_token": token or root.token or local_token()}
+    settings = build_settings(GatewaySettings, {
+        **table_source,
+        **given(api_keys_env=os.environ.get(API_KEYS_ENV), host=host, port=port, gateway_name=name,
+                advertise_url=advertise_url, api_keys_file=api_keys_file, engine_api_key=engine_api_key,
+                admission=admission, ttft_slo_s=ttft_slo_s, max_decode_slots=max_decode_slots,
+                default_prefill_tokens_per_s=default_prefill_tokens_per_s, default_decode_step_s=default_decode_step_s,
+                max_retries=max_retries, connect_timeout_s=connect_timeout_s,
+                first_token_timeout_s=first_token_timeout_s, idle_timeout_s=idle_timeout_s,
+                request_timeout_s=request_timeout_s, keepalive_interval_s=keepalive_interval_s,
+                probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s, table_refresh_s=table_refresh_s,
+                locality_weight=locality_weight, hot_spot_factor=hot_spot_factor,
+                share_half_life_requests=share_half_life_requests, max_sessions=max_sessions, hash_seed=hash_seed),
+    })
     if api_keys_file is not None and not api_keys_file.is_file():
         raise ValidationFailed(f"--api-keys-file {api_keys_file}: no such file", field="api_keys_file")
     run(settings, log_level=log_level.lower())

@@ -1,4 +1,8 @@
-"""The controller's one settings object, built once per process from the environment (and CLI flags)."""
+"""The controller's one settings object, built once per process from the environment (and CLI flags).
+
+Each field's description gives its unit, and what a None or computed default means; `fleetctl controller
+serve` builds its options from these fields (tests/test_settings_options.py keeps the two in step).
+"""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ class ControllerSettings(BaseModel):
     )
     db_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; default None: SQLite (WAL) "
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db; default SQLite (WAL) "
         "at STATE_DIR/fleet.db",
     )
     host: str = Field(default="127.0.0.1", description="address the API listens on")
@@ -57,7 +61,7 @@ class ControllerSettings(BaseModel):
     bootstrap_token: str | None = Field(
         default=None, min_length=16, description="an admin token accepted in addition to stored ones (never stored); default none"
     )
-    max_body_bytes: int = Field(default=MIB, gt=0, description="largest request body in bytes; larger is a 413 (1 MiB)")
+    max_body_bytes: int = Field(default=MIB, gt=0, description="largest request body in bytes; larger is a 413")
     migrate_on_start: bool = Field(default=True, description="apply Alembic migrations when the controller starts")
     background: bool = Field(default=True, description="run the leader election + reconcile loop in a background thread")
 

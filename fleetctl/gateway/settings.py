@@ -1,59 +1,104 @@
-"""The gateway's one settings object, built once per process (from `fleetctl gateway serve` flags).
+"""The gateway's one settings object, built once per process (from `fleetctl gateway serve` flags and env).
 
 Where the routing table comes from is either the controller (`controller_url`, refreshed and cached) or a
 static list of engines (`static_engines`, each entry `URL[?role=prefill|decode|mixed&kv_events=tcp://H:P]`),
-whose models and context windows are discovered from the engines' own /v1/models and /metrics.
+whose models and context windows are discovered from the engines' own /v1/models and /metrics; exactly one
+of the two is given. Every duration is in seconds and positive. Secrets (`controller_token`,
+`api_keys_env`, `engine_api_key`) are left out of the repr, so logging the settings never leaks them.
 """
 
 from __future__ import annotations
 
 import re
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, model_validator
+
 from engine.hashing import default_seed
+from engine.process_settings import ProcessSettings
+
+API_KEYS_ENV = "FLEET_GATEWAY_API_KEYS"
+ENGINE_API_KEY_ENV = "FLEET_ENGINE_API_KEY"
 
 
-@dataclass(frozen=True)
-class GatewaySettings:
+class GatewaySettings(ProcessSettings):
     # --- listening ---
-    host: str = "127.0.0.1"
-    port: int = 8000
-    gateway_name: str | None = None  # how the controller lists this gateway (a DNS label); default <host>-<port>
-    advertise_url: str | None = None  # the URL reported to the controller; default http://<host>:<port>
+    host: str = Field(default="127.0.0.1", description="address the gateway listens on")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port the gateway listens on")
+    gateway_name: str | None = Field(
+        default=None, description="how the controller lists this gateway (a DNS label); default HOSTNAME-PORT")
+    advertise_url: str | None = Field(
+        default=None, description="the URL reported to the controller; default http://HOST:PORT")
     # --- where the routing table comes from (exactly one) ---
-    controller_url: str | None = None  # the controller's base URL; GET /api/v1/routing with a viewer token
-    controller_token: str | None = field(default=None, repr=False)  # never logged
-    static_engines: tuple[str, ...] = ()  # `URL[?role=...&kv_events=...]` entries (no controller)
-    static_flags: dict[str, Any] = field(default_factory=dict)  # the table's flags in static mode
-    table_refresh_s: float = 2.0  # seconds between routing-table refreshes (static: re-discovery)
+    controller_url: str | None = Field(
+        default=None, description="the controller's base URL; the routing table is GET /api/v1/routing")
+    controller_token: str | None = Field(
+        default=None, repr=False, description="viewer token for the controller's routing table")
+    static_engines: tuple[str, ...] = Field(
+        default=(), description="static engines instead of a controller: URL[?role=prefill|decode|mixed&"
+        "kv_events=tcp://H:P] entries")
+    static_flags: dict[str, Any] = Field(
+        default_factory=dict, description="static mode: the routing table's flags, e.g. pd_disabled:MODEL=true")
+    table_refresh_s: float = Field(
+        default=2.0, gt=0, description="seconds between routing-table refreshes (static mode: re-discovery)")
     # --- clients ---
-    api_keys_file: Path | None = None  # lines `name:key:rps`; none configured: the gateway is open
-    api_keys_env: str | None = field(default=None, repr=False)  # same lines, comma or newline separated
-    # --- engines: probes and timeouts (seconds) ---
-    engine_api_key: str | None = field(default=None, repr=False)  # sent to engines started with --api-key
-    probe_interval_s: float = 1.0  # GET /health and /metrics of every engine
-    probe_timeout_s: float = 1.0
-    connect_timeout_s: float = 2.0  # TCP connect to an engine
-    first_token_timeout_s: float = 60.0  # request sent -> first generated token (or the whole non-streamed answer start)
-    idle_timeout_s: float = 60.0  # between two stream chunks (engine keep-alives count)
-    request_timeout_s: float = 600.0  # a whole non-streamed answer
-    keepalive_interval_s: float = 5.0  # SSE `: keep-alive` comment while a stream waits
-    max_retries: int = 2  # further engines tried after a failure before the first token
+    api_keys_file: Path | None = Field(
+        default=None, description="client keys, one per line: name, key and requests per second, separated by "
+        "':'; no keys at all: the gateway is open")
+    api_keys_env: str | None = Field(
+        default=None, repr=False, description=f"client keys as in api_keys_file, comma or newline separated "
+        f"(env {API_KEYS_ENV})")
+    # --- engines: probes and timeouts ---
+    engine_api_key: str | None = Field(
+        default=None, repr=False, description="key sent to engines started with --api-key")
+    probe_interval_s: float = Field(default=1.0, gt=0, description="seconds between GET /health and /metrics probes of every engine")
+    probe_timeout_s: float = Field(default=1.0, gt=0, description="seconds one engine probe may take")
+    connect_timeout_s: float = Field(default=2.0, gt=0, description="seconds a TCP connect to an engine may take")
+    first_token_timeout_s: float = Field(
+        default=60.0, gt=0, description="seconds from request sent to the first generated token (or the start of "
+        "a non-streamed answer)")
+    idle_timeout_s: float = Field(
+        default=60.0, gt=0, description="longest silence between two stream chunks, seconds (engine keep-alives count)")
+    request_timeout_s: float = Field(default=600.0, gt=0, description="seconds a whole non-streamed answer may take")
+    keepalive_interval_s: float = Field(
+        default=5.0, gt=0, description="seconds between SSE `: keep-alive` comments while a stream waits")
+    max_retries: int = Field(
+        default=2, ge=0, description="further engines tried after a failure before the first token")
     # --- routing ---
-    hash_seed: str = field(default_factory=default_seed)  # NONE_HASH seed: must match the engines
-    share_half_life_requests: float = 32.0  # recent traffic shares halve every this many routed requests (hot-spot guard)
-    locality_weight: float = 2.0  # scorer.ScorerPolicy.locality_weight
-    hot_spot_factor: float = 1.5  # scorer.ScorerPolicy.hot_spot_factor
-    max_sessions: int = 100_000  # x-session-id -> engine entries kept (LRU)
+    hash_seed: str = Field(
+        default_factory=default_seed, description="prefix-hash (NONE_HASH) seed; must match the engines; "
+        "default env FLEET_HASH_SEED or 0")
+    share_half_life_requests: float = Field(
+        default=32.0, gt=0, description="scorer's hot-spot guard: recent traffic shares halve every this many "
+        "routed requests")
+    locality_weight: float = Field(
+        default=2.0, ge=0, description="scorer: worth of a second of prefill a cached prefix saves, against a "
+        "second of queue (fleetctl/gateway/scorer.py)")
+    hot_spot_factor: float = Field(
+        default=1.5, ge=1, description="scorer: an engine above this times the mean traffic share competes on "
+        "load alone (1: no engine may take more than the mean share with its cache)")
+    max_sessions: int = Field(default=100_000, gt=0, description="x-session-id -> engine entries kept (LRU)")
     # --- admission ---
-    admission: bool = True
-    ttft_slo_s: float = 30.0  # predicted time to first token above this is refused with 429
-    max_decode_slots: int | None = None  # concurrent decodes per engine; None: the class's max_num_seqs
-    default_prefill_tokens_per_s: float = 2000.0  # until an engine's metrics give an estimate
-    default_decode_step_s: float = 0.02  # until an engine's metrics give an estimate
+    admission: bool = Field(default=True, description="refuse requests predicted to break the SLO (429)")
+    ttft_slo_s: float = Field(
+        default=30.0, gt=0, description="admission: seconds of predicted time to first token above which a "
+        "request is refused")
+    max_decode_slots: int | None = Field(
+        default=None, gt=0, description="admission: concurrent decodes per engine; default the class's max_num_seqs")
+    default_prefill_tokens_per_s: float = Field(
+        default=2000.0, gt=0, description="admission: prefill tokens per second assumed until an engine's metrics "
+        "give an estimate")
+    default_decode_step_s: float = Field(
+        default=0.02, gt=0, description="admission: seconds per decode step assumed until an engine's metrics "
+        "give an estimate")
+
+    @model_validator(mode="after")
+    def _one_table_source(self) -> GatewaySettings:
+        if bool(self.controller_url) == bool(self.static_engines):
+            raise ValueError("give either a controller URL or a static engine list, not both or neither")
+        return self
 
     @property
     def name(self) -> str:
@@ -63,22 +108,6 @@ class GatewaySettings:
     def url(self) -> str:
         host = socket.gethostname() if self.host in ("0.0.0.0", "::") else self.host
         return self.advertise_url or f"http://{host}:{self.port}"
-
-    def __post_init__(self) -> None:
-        if bool(self.controller_url) == bool(self.static_engines):
-            raise ValueError("give either a controller URL or a static engine list, not both or neither")
-        if self.max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        if self.locality_weight < 0:
-            raise ValueError("locality_weight must be >= 0")
-        if self.share_half_life_requests <= 0:
-            raise ValueError("share_half_life_requests must be positive")
-        if self.hot_spot_factor < 1:
-            raise ValueError("hot_spot_factor must be >= 1 (1: no engine may take more than the mean share with its cache)")
-        for name in ("probe_interval_s", "probe_timeout_s", "connect_timeout_s", "first_token_timeout_s",
-                     "idle_timeout_s", "request_timeout_s", "keepalive_interval_s", "ttft_slo_s", "table_refresh_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
 
 
 def default_gateway_name(port: int) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,9 @@ def test_every_config_field_has_a_flag() -> None:
 def test_unset_flags_keep_the_config_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     config, default = parse(), EngineConfig()
-    for f in fields(EngineConfig):
-        if f.name != "engine_id":  # random per instance
-            assert getattr(config, f.name) == getattr(default, f.name), f.name
+    for name in EngineConfig.model_fields:
+        if name != "engine_id":  # random per instance
+            assert getattr(config, name) == getattr(default, name), name
 
 
 def test_flags_set_their_fields() -> None:
