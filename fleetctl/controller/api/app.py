@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import fleetctl
-from fleetctl.controller.api import errors
+from fleetctl.controller.api import error_responses, errors
 from fleetctl.controller.api.middleware import RequestGuard, route_index
 from fleetctl.controller.api.routes_admin import router as admin_router
 from fleetctl.controller.api.routes_agents import router as agents_router
@@ -48,6 +48,7 @@ def create_app(settings: ControllerSettings | None = None, runtime: ControllerRu
     errors.install(app)
     app.add_middleware(RequestGuard)
     for router in ROUTERS:
+        error_responses.declare(router.routes)
         app.include_router(router)
     app.state.route_index = route_index(route for router in ROUTERS for route in router.routes)
     return app
