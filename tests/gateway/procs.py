@@ -153,11 +153,13 @@ class Launcher:
             proc.wait_ready()
         return proc
 
-    def controller(self, state_dir: Path, token: str) -> Proc:
+    def controller(self, state_dir: Path, token: str, db_url: str | None = None) -> Proc:
+        """`fleetctl controller serve` on SQLite in `state_dir`, or on `db_url`."""
         port = free_port()
         argv = [sys.executable, "-m", "fleetctl.cli.main", "controller", "serve", "--state-dir", str(state_dir),
                 "--port", str(port), "--log-level", "warning"]
-        proc = self._start("controller", argv, port, {"FLEET_BOOTSTRAP_TOKEN": token})
+        env = {"FLEET_BOOTSTRAP_TOKEN": token, **({"FLEET_DB_URL": db_url} if db_url else {})}
+        proc = self._start("controller", argv, port, env)
         proc.wait_ready("/healthz")
         return proc
 

@@ -70,6 +70,8 @@ async def _request_validation(_request: Request, exc: Exception) -> JSONResponse
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8): as invalid as bad JSON
+        return error_response(ValidationFailed(f"body: could not be read as JSON ({exc.detail})", field="body"))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     error = FleetError(str(exc.detail), code=code, status=exc.status_code)
     return JSONResponse(error.to_body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
