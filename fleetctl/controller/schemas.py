@@ -39,7 +39,7 @@ Name = Annotated[str, Field(max_length=63), AfterValidator(_name)]
 NonBlank = Annotated[SafeStr, Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
 LabelMap = Annotated[dict[str, SafeStr], Field(max_length=64), AfterValidator(_labels)]
 Reason = Annotated[FreeText | None, Field(description="why (recorded in the audit log)")]
-ClassRef = Annotated[SafeStr, Field(min_length=1, max_length=80, description="a class revision, NAME@rN")]
+ClassRef = Annotated[SafeStr, Field(min_length=1, max_length=80, description="a class revision, NAME@rN"), AfterValidator(_not_blank)]
 TokenRole = Literal["viewer", "operator", "admin", "agent"]
 
 

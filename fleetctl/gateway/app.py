@@ -24,7 +24,9 @@ import httpx
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from engine.protocol import ChatCompletionRequest, CompletionRequest
 from fleetctl.client import AsyncControllerClient
+from fleetctl.gateway import openapi
 from fleetctl.gateway.api_keys import KeyRing, load_key_ring
 from fleetctl.gateway.dispatch import RequestContext
 from fleetctl.gateway.errors import GatewayError, TooManyRequests
@@ -140,6 +142,7 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
             await client.aclose()
 
     app = FastAPI(title="fleetctl gateway", lifespan=lifespan)
+    app.openapi = lambda: app.openapi_schema or _schema_with_bodies(app)
 
     def door() -> FrontDoor:
         return state["door"]
@@ -173,28 +176,31 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
             return error_response(exc)
         return await door().generate(kind, request, ctx)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=openapi.GENERATION_ERRORS,
+              openapi_extra=openapi.json_body(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await generation(CHAT, request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=openapi.GENERATION_ERRORS, openapi_extra=openapi.json_body(CompletionRequest))
     async def completions(request: Request) -> Response:
         return await generation(COMPLETION, request)
 
     app.add_middleware(RequestIdMiddleware)
 
-    @app.get("/v1/models", dependencies=[Depends(client_key)])
+    @app.get("/v1/models", dependencies=[Depends(client_key)], responses=openapi.errors(401, 503))
     async def models() -> dict[str, Any]:
         table = door().service.require_table()
         created = int(time.time())
         cards = [model_card(name, route, created) for name, route in sorted(table.models.items())]
         return {"object": "list", "data": cards}
 
-    @app.post("/fleet/route/explain", dependencies=[Depends(client_key)])
+    @app.post("/fleet/route/explain", dependencies=[Depends(client_key)], responses=openapi.errors(400, 401, 404, 503),
+              openapi_extra=openapi.json_body(ChatCompletionRequest))
     async def explain(request: Request) -> dict[str, Any]:
         return await door().explain(request)
 
-    @app.get("/health")
+    @app.get("/health", responses={503: {"description": "no routing table yet (the same body, status 503)"},
+                                   **openapi.errors()})
     async def health() -> JSONResponse:
         service = door().service
         table = service.table
@@ -207,12 +213,19 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
         }
         return JSONResponse(body, status_code=200 if table is not None else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses=openapi.errors())
     async def metrics_route() -> Response:
         door().service.refresh_gauges()
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return GatewayApp(app, {"/v1/chat/completions": chat_completions, "/v1/completions": completions})
+
+
+def _schema_with_bodies(app: FastAPI) -> dict[str, Any]:
+    from fastapi.openapi.utils import get_openapi
+
+    app.openapi_schema = openapi.add_body_schemas(get_openapi(title=app.title, version=app.version, routes=app.routes))
+    return app.openapi_schema
 
 
 def model_card(name: str, route: Any, created: int) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 (valid ones, and invalid ones in its negative mode), httpx sends them to the real service on loopback, and
 every answer is kept by operation and status.
 
-Bounded in count and in time: each operation gets at most `examples` cases per mode, and the whole run stops
-generating once `budget_s` has passed (what ran is reported). `FLEET_FUZZ_REPORT=path` appends a JSON line
+Bounded in count and in time: each operation gets at most `examples` cases per mode and an equal share of
+`budget_s` (what ran is reported). `FLEET_FUZZ_REPORT=path` appends a JSON line
 per run with the counts, for the benchmark notes.
 """
 
@@ -55,25 +55,29 @@ class FuzzReport:
 
 
 def fuzz(api: str, base_url: str, schema: dict[str, Any], headers: dict[str, str], budget_s: float, examples: int,
-         skip: Callable[[str, str], bool] = lambda _method, _path: False) -> FuzzReport:
-    """Fuzz every operation of `schema` against the service at `base_url`."""
+         skip: Callable[[str, str], bool] = lambda _method, _path: False,
+         prepare: Callable[[Any], None] = lambda _case: None) -> FuzzReport:
+    """Fuzz every operation of `schema` against the service at `base_url`. Each operation and mode gets an
+    equal share of the budget, so a slow operation cannot starve the others. `prepare` may adjust a
+    generated case before it is sent (e.g. keep generation requests short)."""
     report = FuzzReport(api, budget_s)
-    deadline = time.monotonic() + budget_s
     started = time.monotonic()
     operations = [result.ok() for result in schemathesis.openapi.from_dict(schema).get_all_operations()]
+    operations = [op for op in operations if not skip(op.method.upper(), op.path)]
+    share_s = budget_s / (2 * max(len(operations), 1))
     with httpx.Client(timeout=30) as client:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             for operation in operations:
-                if skip(operation.method.upper(), operation.path) or time.monotonic() > deadline:
-                    continue
-                _fuzz_operation(client, base_url, headers, operation, mode, examples, deadline, report)
+                deadline = time.monotonic() + share_s
+                _fuzz_operation(client, base_url, headers, operation, mode, examples, deadline, report, prepare)
     report.seconds = time.monotonic() - started
     report.save()
     return report
 
 
 def _fuzz_operation(client: httpx.Client, base_url: str, headers: dict[str, str], operation: Any,
-                    mode: GenerationMode, examples: int, deadline: float, report: FuzzReport) -> None:
+                    mode: GenerationMode, examples: int, deadline: float, report: FuzzReport,
+                    prepare: Callable[[Any], None]) -> None:
     key = f"{operation.method.upper()} {operation.path}"
     declared = set(operation.definition.raw.get("responses", {}))
     seen = report.statuses.setdefault(key, Counter())
@@ -84,6 +88,7 @@ def _fuzz_operation(client: httpx.Client, base_url: str, headers: dict[str, str]
     def run(case: Any) -> None:
         if time.monotonic() > deadline:
             return
+        prepare(case)
         try:
             kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
             response = client.request(kwargs["method"], kwargs["url"], headers=kwargs.get("headers"),
