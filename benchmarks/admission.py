@@ -130,7 +130,7 @@ def calibrate(threads: int) -> EngineConstants:
 
     from engine.reference.config import EngineConfig
     from engine.reference.llm_engine import LLMEngine
-    from engine.reference.sampling_params import SamplingParams
+    from engine.contract.sampling_params import SamplingParams
 
     torch.set_num_threads(threads)
     engine = LLMEngine(EngineConfig(model="smollm2", kv_cache_mib=512, max_num_seqs=64, max_num_batched_tokens=512,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from agent.ports import free_port  # noqa: E402
 from engine.reference.config import EngineConfig  # noqa: E402
 from engine.reference.llm_engine import LLMEngine  # noqa: E402
-from engine.reference.sampling_params import SamplingParams  # noqa: E402
+from engine.contract.sampling_params import SamplingParams  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
 RESULTS = ROOT / "benchmarks" / "results" / "engine.json"
@@ -268,7 +268,7 @@ def bench_memory(quick: bool) -> dict:
         "import psutil, sys; sys.path.insert(0, %r)\n"
         "from engine.reference.config import EngineConfig\n"
         "from engine.reference.llm_engine import LLMEngine\n"
-        "from engine.reference.sampling_params import SamplingParams\n"
+        "from engine.contract.sampling_params import SamplingParams\n"
         "e = LLMEngine(EngineConfig(model='smollm2', kv_cache_mib=512))\n"
         "e.add_request('x', list(range(100, 300)), SamplingParams(max_tokens=8, temperature=0))\n"
         "while e.has_work(): e.step()\n"

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.contract.bounds import INT32_MAX, Count32, Finite, Fraction, Int64, NonNegative, SafeJson, SafeStr
 from engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
-from engine.reference.outputs import TokenLogprob
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.outputs import TokenLogprob
+from engine.contract.sampling_params import SamplingParams
 
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
 

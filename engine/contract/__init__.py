@@ -8,6 +8,8 @@ No module here imports torch, or anything of `agent` or `fleetctl`; every proces
 - `observed`: `EngineObserved` and `EngineMetrics`, one engine as it runs (the heartbeat).
 - `reference_models`: the reference engine's model names and its on-disk cache location.
 - `prometheus`: the one reader of Prometheus' text exposition (a line scan).
+- `sampling_params`, `outputs`: what a request asks of an engine's sampler and what it streams back (plain
+  data: the OpenAI protocol maps requests onto them; the reference engine runs on them).
 """
 
 from engine.contract.assignment import EngineAssignment

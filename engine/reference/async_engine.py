@@ -21,8 +21,8 @@ import torch
 
 from engine.reference.config import EngineConfig
 from engine.reference.llm_engine import KVPushSink, LLMEngine
-from engine.reference.outputs import IterationStats, RequestOutput, SchedulerStats, StepResult
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.outputs import IterationStats, RequestOutput, SchedulerStats, StepResult
+from engine.contract.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import torch
 
     from engine.reference.llm_engine import KVPushSink, LLMEngine
-    from engine.reference.outputs import RequestOutput, SchedulerStats, StepResult
-    from engine.reference.sampling_params import SamplingParams
+    from engine.contract.outputs import RequestOutput, SchedulerStats, StepResult
+    from engine.contract.sampling_params import SamplingParams
 
 
 class Tokenizer(Protocol):

@@ -21,7 +21,7 @@ from collections import deque
 import zmq
 
 from engine.kv_events import END_SEQ, KVEvent, encode_batch, make_batch
-from engine.reference.outputs import StepResult
+from engine.contract.outputs import StepResult
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from engine.reference.block_manager import BlockManager
 from engine.reference.config import EngineConfig
 from engine.reference.model_runner import ModelRunner
 from engine.reference.output_processor import OutputProcessor
-from engine.reference.outputs import (
+from engine.contract.outputs import (
     FinishedRequestStats,
     IterationStats,
     RequestOutput,
@@ -32,7 +32,7 @@ from engine.reference.outputs import (
     StepResult,
 )
 from engine.reference.sampler import Sampler
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 from engine.reference.scheduler import Scheduler
 from engine.reference.scheduler_output import SchedulerOutput
 from engine.reference.sequence import Sequence, SequenceStatus

@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engine import metric_names as m
-from engine.reference.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
+from engine.contract.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
 
 FINISH_REASONS = ("stop", "length", "abort")
 WAITING_REASONS = ("capacity", "deferred")

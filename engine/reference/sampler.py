@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from engine.reference.outputs import TokenLogprob
+from engine.contract.outputs import TokenLogprob
 from engine.reference.sequence import Sequence
 
 SamplerKind = Literal["exact", "approximate_topk"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from engine.errors import ContextLengthExceeded
 from engine.reference.block_manager import BlockManager, cdiv
 from engine.reference.config import EngineConfig
-from engine.reference.outputs import SchedulerStats
+from engine.contract.outputs import SchedulerStats
 from engine.reference.scheduler_output import ScheduledChunk, ScheduledKVLoad, SchedulerOutput
 from engine.reference.sequence import Sequence, SequenceStatus
 

@@ -12,7 +12,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):

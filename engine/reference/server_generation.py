@@ -31,8 +31,8 @@ from engine import protocol
 from engine.errors import EngineError
 from engine.protocol import ChatCompletionRequest, CompletionRequest, LogprobFormatter, ResponseHeader
 from engine.reference.kv_push import PushSender
-from engine.reference.outputs import RequestOutput
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.outputs import RequestOutput
+from engine.contract.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from engine.reference.server import Serving

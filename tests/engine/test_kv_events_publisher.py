@@ -11,7 +11,7 @@ import zmq
 
 from engine.kv_events import END_SEQ, AllBlocksCleared, BlockRemoved, BlockStored, decode_batch
 from engine.reference.kv_event_publisher import KVEventPublisher
-from engine.reference.outputs import StepResult
+from engine.contract.outputs import StepResult
 
 TOPIC = "kv-test"
 

@@ -11,7 +11,7 @@ import torch
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.reference.config import EngineConfig
 from engine.reference.llm_engine import LLMEngine
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 
 
 def make_engine(**overrides) -> LLMEngine:

@@ -7,7 +7,7 @@ import pytest
 from engine import metric_names as m
 from engine.contract.prometheus import parse_samples
 from engine.reference.metrics import CacheInfo, EngineMetrics
-from engine.reference.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
+from engine.contract.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
 
 
 def make_metrics() -> EngineMetrics:

@@ -12,7 +12,7 @@ import torch
 from engine.reference import weights
 from engine.reference.config import EngineConfig
 from engine.reference.model_runner import ModelRunner
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 from engine.reference.scheduler_output import ScheduledChunk, SchedulerOutput
 from engine.reference.sequence import Sequence
 from engine.reference.weights import ModelBundle, load_model_bundle

@@ -37,7 +37,7 @@ from engine.reference.kv_wire import (
     encode_frame,
 )
 from engine.reference.llm_engine import LLMEngine
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 
 LAYERS, HEADS, DIM, BS = 2, 2, 4, 4
 BLOCK_SHAPE = (LAYERS, 2, BS, HEADS, DIM)

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.contract.prometheus import Sample, parse_labels, parse_samples, sample_lines, split_sample, sum_series
 from engine.reference.metrics import CacheInfo, EngineMetrics
-from engine.reference.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
+from engine.contract.outputs import FinishedRequestStats, IterationStats, SchedulerStats, StepResult
 
 
 def reference_exposition() -> str:

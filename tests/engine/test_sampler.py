@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.reference.sampler import APPROX_MIN_BATCH, Sampler
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 from engine.reference.sequence import Sequence
 
 V = 50

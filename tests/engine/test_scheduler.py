@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from engine.errors import ContextLengthExceeded
 from engine.reference.block_manager import BlockManager
 from engine.reference.config import EngineConfig
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.sampling_params import SamplingParams
 from engine.reference.scheduler import Scheduler
 from engine.reference.scheduler_output import ScheduledKVLoad, SchedulerOutput
 from engine.reference.sequence import Sequence, SequenceStatus

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from engine.errors import ErrorBody
 from engine.reference.config import EngineConfig
-from engine.reference.outputs import SchedulerStats
+from engine.contract.outputs import SchedulerStats
 from engine.reference.server import build_app
 
 API_KEY = "k"

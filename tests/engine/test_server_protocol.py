@@ -20,7 +20,7 @@ from engine.protocol import (
     error_body,
     param_from_loc,
 )
-from engine.reference.outputs import TokenLogprob
+from engine.contract.outputs import TokenLogprob
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

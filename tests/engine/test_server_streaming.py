@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from engine.errors import InvalidRequest
 from engine.reference.config import EngineConfig
-from engine.reference.outputs import RequestOutput, SchedulerStats
-from engine.reference.sampling_params import SamplingParams
+from engine.contract.outputs import RequestOutput, SchedulerStats
+from engine.contract.sampling_params import SamplingParams
 from engine.reference.server import build_app
 
 KEEPALIVE_S = 0.05

@@ -293,7 +293,7 @@ async def test_subscriber_reads_the_reference_engines_publisher(ctx):
     """The contract check: the engine's own publisher (engine/reference/kv_event_publisher.py) and this
     subscriber agree on frames, sequence numbers and replay."""
     publisher_module = pytest.importorskip("engine.reference.kv_event_publisher")
-    from engine.reference.outputs import StepResult
+    from engine.contract.outputs import StepResult
 
     pub_endpoint, replay_endpoint = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     engine_publisher = publisher_module.KVEventPublisher(pub_endpoint, replay_endpoint, topic="kv-events")
