@@ -29,6 +29,7 @@ import struct
 import threading
 import weakref
 import zlib
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +69,11 @@ class BufferPool:
 
     `take(n)` hands out an uninitialised uint8 array of n bytes viewing a pooled buffer (at most twice as
     large), or a new one; the buffer goes back to the pool when the last thing viewing it (tensor, memoryview)
-    is garbage. At most `max_bytes` wait in the pool; beyond that they are freed."""
+    is garbage. At most `max_bytes` wait in the pool; beyond that they are freed.
+
+    A buffer comes back from a weakref finalizer, which the garbage collector may run at any allocation,
+    including one made while this pool holds its lock: so a returned buffer is only appended to a deque (an
+    atomic operation, no lock), and moved into the pool the next time the pool is used under its lock."""
 
     _GRANULE = 1 << 21  # capacities are whole huge pages
 
@@ -76,6 +81,7 @@ class BufferPool:
         self.max_bytes = max_bytes
         self._free: list[np.ndarray] = []
         self._free_bytes = 0
+        self._returned: deque[np.ndarray] = deque()  # given back, not yet in the pool (see the class docstring)
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
@@ -97,10 +103,13 @@ class BufferPool:
 
     @property
     def free_bytes(self) -> int:
-        return self._free_bytes
+        with self._lock:
+            self._take_returned()
+            return self._free_bytes
 
     def _reuse(self, nbytes: int) -> np.ndarray | None:
         with self._lock:
+            self._take_returned()
             fits = [i for i, b in enumerate(self._free) if nbytes <= b.nbytes <= 2 * nbytes + self._GRANULE]
             if not fits:
                 return None
@@ -109,7 +118,12 @@ class BufferPool:
             return base
 
     def _give_back(self, base: np.ndarray) -> None:
-        with self._lock:
+        self._returned.append(base)
+
+    def _take_returned(self) -> None:
+        """Move given-back buffers into the pool (the lock is held), freeing what does not fit."""
+        while self._returned:
+            base = self._returned.popleft()
             if self._free_bytes + base.nbytes <= self.max_bytes:
                 self._free.append(base)
                 self._free_bytes += base.nbytes

@@ -14,6 +14,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -466,3 +467,21 @@ def test_prefill_params_name_the_side_channel_only_when_it_listens(side_channel)
     advertised = asyncio.run(scenario())
     assert advertised["prompt_hash"] == prompt_hash(list(range(6)))
     assert ("remote_kv_port" in advertised) == (side_channel is not None)
+
+
+def test_a_buffer_given_back_while_the_pool_is_locked_does_not_deadlock() -> None:
+    """The garbage collector runs a view's finalizer at any allocation, also one made inside the pool's own
+    locked section (take -> _reuse): giving a buffer back there must not wait for that lock."""
+    pool = BufferPool(max_bytes=8 << 20)
+    finished = threading.Event()
+
+    def give_back_inside_the_lock() -> None:
+        with pool._lock:  # as when the collector runs a finalizer during _reuse
+            pool._give_back(np.empty(2 << 20, dtype=np.uint8))
+        finished.set()
+
+    worker = threading.Thread(target=give_back_inside_the_lock, daemon=True)
+    worker.start()
+    assert finished.wait(5), "giving a buffer back under the pool's lock deadlocked"
+    assert pool.free_bytes == 2 << 20
+    assert pool.take(2 << 20).nbytes == 2 << 20 and pool.free_bytes == 0  # and it is reused
