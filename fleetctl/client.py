@@ -117,7 +117,9 @@ def _params(**values: Any) -> dict[str, Any]:
 
 
 class ControllerCalls:
-    """The call table: each controller route once. Both clients inherit it; `endpoints()` lists it."""
+    """The call table: each controller route once. Both clients inherit it; `endpoints()` lists it.
+
+    The builders take no `self`: `endpoint` turns each into an Endpoint, which binds to the client."""
 
     @classmethod
     def endpoints(cls) -> list[Endpoint[Any, Any]]:
