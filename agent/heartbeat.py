@@ -25,13 +25,34 @@ log = logging.getLogger("fleetctl.agent.heartbeat")
 DEFAULT_INTERVAL_S = 5.0  # until the controller says otherwise
 
 
+class RegisterReply(Protocol):
+    """The controller's answer to a registration (fleetctl's RegisterResponse has this shape)."""
+
+    @property
+    def heartbeat_interval_s(self) -> float: ...
+
+
+class HeartbeatReply(Protocol):
+    """The controller's answer to a heartbeat (fleetctl's HeartbeatResponse has this shape)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def assignment(self) -> list[EngineAssignment]: ...
+
+    @property
+    def heartbeat_interval_s(self) -> float: ...
+
+
 class ControllerLink(Protocol):
-    """What the loop needs of the controller client (fleetctl.client.AsyncControllerClient has it).
-    Failures raise; an exception with `status == 404` means the controller does not know this node."""
+    """What the loop needs of the controller client (fleetctl.client.AsyncControllerClient has it; the agent
+    does not import it, so the replies are described structurally). Failures raise; an exception with
+    `status == 404` means the controller does not know this node."""
 
-    async def register_agent(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+    async def register_agent(self, payload: dict[str, Any]) -> RegisterReply: ...
 
-    async def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+    async def heartbeat(self, payload: dict[str, Any]) -> HeartbeatReply: ...
 
 
 @dataclass
@@ -104,14 +125,14 @@ class HeartbeatLoop:
         if not status.registered:
             reply = await self.link.register_agent(self.registration)
             status.registered = True
-            status.heartbeat_interval_s = float(reply.get("heartbeat_interval_s") or status.heartbeat_interval_s)
+            status.heartbeat_interval_s = reply.heartbeat_interval_s or status.heartbeat_interval_s
             log.info("registered node %s with the controller", self.node)
         cut_off_s = None if status.cut_off_since is None else round(self.clock() - status.cut_off_since, 3)
-        reply = await self.link.heartbeat(self._payload(cut_off_s))
+        beat = await self.link.heartbeat(self._payload(cut_off_s))
         self._succeeded(cut_off_s)
-        status.heartbeat_interval_s = float(reply.get("heartbeat_interval_s") or status.heartbeat_interval_s)
-        generation = int(reply["generation"])
-        self.on_assignment(generation, [EngineAssignment.model_validate(a) for a in reply.get("assignment") or []])
+        status.heartbeat_interval_s = beat.heartbeat_interval_s or status.heartbeat_interval_s
+        generation = beat.generation
+        self.on_assignment(generation, list(beat.assignment))
         status.generation = generation
 
     def _payload(self, cut_off_s: float | None) -> dict[str, Any]:

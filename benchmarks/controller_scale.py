@@ -345,7 +345,7 @@ async def wait_placed(url: str, viewer: str, nodes: int, timeout_s: float = 120)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = await client.status()
-            placed = sum(1 for e in status["engines"] if e["deployment"] == "chat" and not e["drain"])
+            placed = sum(1 for e in status.engines if e.deployment == "chat" and not e.drain)
             if placed >= nodes:
                 return
             await asyncio.sleep(0.5)

@@ -1,24 +1,38 @@
 """The typed HTTP client of the controller API: the only module that talks HTTP to the controller.
 
-Used by the CLI, the TUI, the agent and the gateway. `ControllerClient` is synchronous;
-`AsyncControllerClient` has the calls asyncio services need (agent: register/heartbeat; gateway: routing,
-report_gateway).
+Used by the CLI, the TUI, the agent and the gateway. Every controller route is one `Endpoint` in
+`ControllerCalls`, the call table: its method, path template, response model and a builder that turns the
+method's arguments into a request. `ControllerClient` (synchronous, httpx.Client) and
+`AsyncControllerClient` (asyncio, httpx.AsyncClient) both inherit the table, so they have the same methods
+with the same arguments; the async ones return awaitables. Replies are parsed into the response models of
+fleetctl/controller/responses.py (lists of models for lists, dicts of models for maps).
+
 Errors are raised as fleetctl.errors: NotFound, AuthError, Conflict, ValidationFailed (422/413),
-Unavailable (503, connection refused, timeout), else FleetError. The token is sent as a bearer header and
-never appears in messages or reprs.
+Unavailable (503, connection refused, timeout), else FleetError (also for a reply that does not parse).
+The token is sent as a bearer header and never appears in messages or reprs.
 
     client = ControllerClient("http://127.0.0.1:8080", token)
-    client.apply_class("chat", {"model": "smollm2-135m", "weights": "smollm2"}, reason="new class")
+    client.apply_class("chat", {"model": "smollm2-135m", "weights": "smollm2"}, reason="new class").ref
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import functools
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 
+from fleetctl.controller.responses import (
+    AuditEventView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
+    DeploymentSetResult, DeploymentView, EngineChange, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
+    Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
+    TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
+)
 from fleetctl.errors import FleetError, Unavailable, error_from_body
 from fleetctl.httpwire import KEEPALIVE_EXPIRY_S  # below uvicorn's 5 s keep-alive (httpx's default is 5 s)
 
@@ -26,13 +40,27 @@ DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_S = 10.0
 REASON_HEADER = "X-Fleet-Reason"
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a builder makes of a method's arguments: path parameters, JSON body, query, audit reason."""
+
+    path: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+    params: dict[str, Any] | None = None
+    reason: str | None = None
+
 
 @dataclass(frozen=True)
 class Call:
-    """One API request, built the same way for the sync and the async client."""
+    """One API request, built the same way for the sync and the async client, and how to read its reply."""
 
     method: str
     path: str
+    response: TypeAdapter[Any]
     json: Any = None
     params: dict[str, Any] | None = None
     reason: str | None = None
@@ -40,20 +68,229 @@ class Call:
     def headers(self) -> dict[str, str]:
         return {REASON_HEADER: quote(self.reason)} if self.reason else {}
 
+    def parse(self, body: Any) -> Any:
+        try:
+            return self.response.validate_python(body)
+        except ValidationError as exc:
+            raise FleetError(f"controller sent an unexpected reply to {self.method} {self.path}: "
+                             f"{exc.error_count()} field(s) do not parse, first: {_first_error(exc)}") from None
 
-def _seg(value: str) -> str:
-    return quote(value, safe="")
+
+class Endpoint(Generic[P, R]):
+    """One route of the call table. On a client instance it is a method that sends the built Call through
+    the client's `send`: a value on ControllerClient, an awaitable on AsyncControllerClient."""
+
+    def __init__(self, method: str, path: str, response: Any, build: Callable[P, Request]):
+        self.method, self.path, self.build = method, path, build
+        self.response_type = response
+        self.adapter: TypeAdapter[Any] = TypeAdapter(response)
+        self.name = build.__name__
+        self.path_fields = tuple(name for _, name, _, _ in string.Formatter().parse(path) if name)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call:
+        request = self.build(*args, **kwargs)
+        path = self.path.format(**{key: quote(str(value), safe="") for key, value in request.path.items()})
+        return Call(self.method, path, self.adapter, request.json, request.params, request.reason)
+
+    def __get__(self, client: Any, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+
+        @functools.wraps(self.build)
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return client.send(self.call(*args, **kwargs))
+
+        method.__annotations__ = {**self.build.__annotations__, "return": self.response_type}
+        return method
+
+
+def endpoint(method: str, path: str, response: Any) -> Callable[[Callable[P, Request]], Endpoint[P, Any]]:
+    """Declare a builder as the call of `method path`, whose reply parses as `response`."""
+    return lambda build: Endpoint(method, path, response, build)
 
 
 def _params(**values: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-def _result(response: httpx.Response) -> Any:
+class ControllerCalls:
+    """The call table: each controller route once. Both clients inherit it; `endpoints()` lists it.
+
+    The builders take no `self`: `endpoint` turns each into an Endpoint, which binds to the client."""
+
+    @classmethod
+    def endpoints(cls) -> list[Endpoint[Any, Any]]:
+        return [value for klass in cls.__mro__ for value in vars(klass).values() if isinstance(value, Endpoint)]
+
+    # agents and gateways
+    @endpoint("POST", "/api/v1/agents/register", RegisterResponse)
+    def register_agent(payload: dict[str, Any]) -> Request:
+        return Request(json=payload)
+
+    @endpoint("POST", "/api/v1/agents/heartbeat", HeartbeatResponse)
+    def heartbeat(payload: dict[str, Any]) -> Request:
+        return Request(json=payload)
+
+    @endpoint("GET", "/api/v1/routing", RoutingTable)
+    def routing() -> Request:
+        return Request()
+
+    @endpoint("POST", "/api/v1/gateways/report", GatewayView)
+    def report_gateway(payload: dict[str, Any]) -> Request:
+        """{name, url?, generation, table_age_s, refresh_interval_s?}: the routing table a gateway applied."""
+        return Request(json=payload)
+
+    @endpoint("GET", "/api/v1/gateways", list[GatewayView])
+    def list_gateways() -> Request:
+        """Each gateway's last report: generation, last_seen, seen_ago_s, stale."""
+        return Request()
+
+    # fleet
+    @endpoint("GET", "/healthz", Health)
+    def health() -> Request:
+        return Request()
+
+    @endpoint("GET", "/metrics", str)
+    def metrics() -> Request:
+        """The controller's Prometheus metrics, in the text exposition format."""
+        return Request()
+
+    @endpoint("GET", "/api/v1/status", FleetStatus)
+    def status() -> Request:
+        return Request()
+
+    @endpoint("GET", "/api/v1/nodes", list[NodeView])
+    def list_nodes() -> Request:
+        return Request()
+
+    @endpoint("GET", "/api/v1/nodes/{name}", NodeDetail)
+    def get_node(name: str) -> Request:
+        return Request(path={"name": name})
+
+    @endpoint("POST", "/api/v1/nodes/{name}/cordon", NodeChange)
+    def cordon_node(name: str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, reason=reason)
+
+    @endpoint("POST", "/api/v1/nodes/{name}/uncordon", NodeChange)
+    def uncordon_node(name: str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, reason=reason)
+
+    @endpoint("POST", "/api/v1/nodes/{name}/drain", NodeChange)
+    def drain_node(name: str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, reason=reason)
+
+    @endpoint("GET", "/api/v1/engines", list[EngineView])
+    def list_engines(node: str | None = None) -> Request:
+        return Request(params=_params(node=node))
+
+    @endpoint("GET", "/api/v1/engines/{name}", EngineView)
+    def get_engine(name: str) -> Request:
+        return Request(path={"name": name})
+
+    @endpoint("POST", "/api/v1/engines/{name}/drain", EngineChange)
+    def drain_engine(name: str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, reason=reason)
+
+    # replica classes
+    @endpoint("POST", "/api/v1/classes", ClassApplied)
+    def apply_class(name: str, spec: dict[str, Any], reason: str | None = None) -> Request:
+        """The revision; `result` is "created" (201) or "unchanged" (identical content, 200)."""
+        return Request(json={"name": name, "spec": spec}, reason=reason)
+
+    @endpoint("GET", "/api/v1/classes/{ref}", ClassRevisionView)
+    def get_class(ref: str) -> Request:
+        return Request(path={"ref": ref})
+
+    @endpoint("GET", "/api/v1/classes", list[ClassSummary])
+    def list_classes() -> Request:
+        return Request()
+
+    @endpoint("GET", "/api/v1/classes/{name}/history", list[ClassHistoryEntry])
+    def class_history(name: str) -> Request:
+        return Request(path={"name": name})
+
+    # deployments
+    @endpoint("PUT", "/api/v1/deployments/{name}", DeploymentSetResult)
+    def set_deployment(name: str, class_ref: str, replicas: int, role: str = "mixed",
+                       placement: dict[str, str] | None = None, model: str | None = None,
+                       reason: str | None = None) -> Request:
+        body: dict[str, Any] = {"class_ref": class_ref, "replicas": replicas, "role": role, "placement": placement or {}}
+        if model is not None:
+            body["model"] = model
+        return Request(path={"name": name}, json=body, reason=reason)
+
+    @endpoint("GET", "/api/v1/deployments", list[DeploymentView])
+    def list_deployments() -> Request:
+        return Request()
+
+    @endpoint("GET", "/api/v1/deployments/{name}", DeploymentView)
+    def get_deployment(name: str) -> Request:
+        return Request(path={"name": name})
+
+    @endpoint("DELETE", "/api/v1/deployments/{name}", DeploymentDeleted)
+    def delete_deployment(name: str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, reason=reason)
+
+    # traffic and flags
+    @endpoint("GET", "/api/v1/traffic", dict[str, TrafficPolicyView])
+    def list_traffic() -> Request:
+        return Request()
+
+    @endpoint("GET", "/api/v1/traffic/{model}", TrafficView)
+    def get_traffic(model: str) -> Request:
+        """The model's weights and, per revision, ready engines and correctness fields."""
+        return Request(path={"model": model})
+
+    @endpoint("PUT", "/api/v1/traffic/{model}", TrafficSetResult)
+    def set_traffic(model: str, weights: dict[str, float], allow_correctness_change: bool = False,
+                    reason: str | None = None) -> Request:
+        """Stored weights and the routing `generation` that includes them. A split over revisions whose
+        correctness fields differ is a Conflict (`correctness_split_refused`) unless allowed."""
+        body = {"weights": weights, "allow_correctness_change": allow_correctness_change}
+        return Request(path={"model": model}, json=body, reason=reason)
+
+    @endpoint("GET", "/api/v1/flags", dict[str, FlagView])
+    def list_flags() -> Request:
+        return Request()
+
+    @endpoint("PUT", "/api/v1/flags/{name}", FlagSetResult)
+    def set_flag(name: str, value: bool | int | float | str, reason: str | None = None) -> Request:
+        return Request(path={"name": name}, json={"value": value}, reason=reason)
+
+    # audit and tokens
+    @endpoint("GET", "/api/v1/audit", list[AuditEventView])
+    def list_audit(since: str | None = None, actor: str | None = None, limit: int | None = None) -> Request:
+        return Request(params=_params(since=since, actor=actor, limit=limit))
+
+    @endpoint("POST", "/api/v1/tokens", TokenCreated)
+    def create_token(name: str, role: str, reason: str | None = None) -> Request:
+        """The new token is in `token`; it is shown only here."""
+        return Request(json={"name": name, "role": role}, reason=reason)
+
+    @endpoint("GET", "/api/v1/tokens", list[TokenView])
+    def list_tokens() -> Request:
+        return Request()
+
+    @endpoint("DELETE", "/api/v1/tokens/{name}", TokenRevoked)
+    def revoke_token(name: str, reason: str | None = None, force: bool = False) -> Request:
+        """`force`: even the last active admin token, or the one this client uses (refused with 409 otherwise)."""
+        return Request(path={"name": name}, reason=reason, params={"force": "true"} if force else None)
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in error['loc']) or '(body)'}: {error['msg']}"
+
+
+def _body(response: httpx.Response) -> Any:
+    """The reply's JSON (its text when it is not JSON); an error status raises the fleetctl.errors class."""
     try:
         body = response.json() if response.content else None
     except ValueError:
-        body = None
+        body = None if response.status_code >= 400 else response.text
     if response.status_code >= 400:
         raise error_from_body(response.status_code, body)
     return body
@@ -70,33 +307,8 @@ def _client_kwargs(base_url: str, token: str | None, timeout: float) -> dict[str
             "limits": httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)}
 
 
-# --- the calls, shared by both clients ---
-
-def register_agent_call(payload: dict[str, Any]) -> Call:
-    return Call("POST", "/api/v1/agents/register", json=payload)
-
-
-def heartbeat_call(payload: dict[str, Any]) -> Call:
-    return Call("POST", "/api/v1/agents/heartbeat", json=payload)
-
-
-def report_gateway_call(payload: dict[str, Any]) -> Call:
-    return Call("POST", "/api/v1/gateways/report", json=payload)
-
-
-def set_traffic_call(model: str, weights: dict[str, float], allow_correctness_change: bool, reason: str | None) -> Call:
-    body = {"weights": weights, "allow_correctness_change": allow_correctness_change}
-    return Call("PUT", f"/api/v1/traffic/{_seg(model)}", json=body, reason=reason)
-
-
-ROUTING = Call("GET", "/api/v1/routing")
-GATEWAYS = Call("GET", "/api/v1/gateways")
-STATUS = Call("GET", "/api/v1/status")
-HEALTH = Call("GET", "/healthz")
-
-
-class ControllerClient:
-    """Synchronous client. Use as a context manager, or call close()."""
+class ControllerClient(ControllerCalls):
+    """Synchronous client (the CLI's). Use as a context manager, or call close()."""
 
     def __init__(self, base_url: str = DEFAULT_CONTROLLER, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  transport: httpx.BaseTransport | None = None):
@@ -120,128 +332,11 @@ class ControllerClient:
             response = self._http.request(call.method, call.path, json=call.json, params=call.params, headers=call.headers())
         except httpx.HTTPError as exc:
             raise _unreachable(self.base_url, exc) from None
-        return _result(response)
-
-    # agents and gateways
-    def register_agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.send(register_agent_call(payload))
-
-    def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.send(heartbeat_call(payload))
-
-    def routing(self) -> dict[str, Any]:
-        return self.send(ROUTING)
-
-    def report_gateway(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """{name, url?, generation, table_age_s, refresh_interval_s?}: the routing table a gateway applied."""
-        return self.send(report_gateway_call(payload))
-
-    def list_gateways(self) -> list[dict[str, Any]]:
-        """Each gateway's last report: generation, last_seen, seen_ago_s, stale."""
-        return self.send(GATEWAYS)
-
-    # fleet
-    def health(self) -> dict[str, Any]:
-        return self.send(HEALTH)
-
-    def status(self) -> dict[str, Any]:
-        return self.send(STATUS)
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/nodes"))
-
-    def get_node(self, name: str) -> dict[str, Any]:
-        return self.send(Call("GET", f"/api/v1/nodes/{_seg(name)}"))
-
-    def cordon_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("POST", f"/api/v1/nodes/{_seg(name)}/cordon", reason=reason))
-
-    def uncordon_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("POST", f"/api/v1/nodes/{_seg(name)}/uncordon", reason=reason))
-
-    def drain_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("POST", f"/api/v1/nodes/{_seg(name)}/drain", reason=reason))
-
-    def list_engines(self, node: str | None = None) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/engines", params=_params(node=node)))
-
-    def get_engine(self, name: str) -> dict[str, Any]:
-        return self.send(Call("GET", f"/api/v1/engines/{_seg(name)}"))
-
-    def drain_engine(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("POST", f"/api/v1/engines/{_seg(name)}/drain", reason=reason))
-
-    # replica classes
-    def apply_class(self, name: str, spec: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-        """The revision; `result` is "created" (201) or "unchanged" (identical content, 200)."""
-        return self.send(Call("POST", "/api/v1/classes", json={"name": name, "spec": spec}, reason=reason))
-
-    def get_class(self, ref: str) -> dict[str, Any]:
-        return self.send(Call("GET", f"/api/v1/classes/{_seg(ref)}"))
-
-    def list_classes(self) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/classes"))
-
-    def class_history(self, name: str) -> list[dict[str, Any]]:
-        return self.send(Call("GET", f"/api/v1/classes/{_seg(name)}/history"))
-
-    # deployments
-    def set_deployment(self, name: str, class_ref: str, replicas: int, role: str = "mixed",
-                       placement: dict[str, str] | None = None, model: str | None = None,
-                       reason: str | None = None) -> dict[str, Any]:
-        body = {"class_ref": class_ref, "replicas": replicas, "role": role, "placement": placement or {}}
-        if model is not None:
-            body["model"] = model
-        return self.send(Call("PUT", f"/api/v1/deployments/{_seg(name)}", json=body, reason=reason))
-
-    def list_deployments(self) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/deployments"))
-
-    def get_deployment(self, name: str) -> dict[str, Any]:
-        return self.send(Call("GET", f"/api/v1/deployments/{_seg(name)}"))
-
-    def delete_deployment(self, name: str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("DELETE", f"/api/v1/deployments/{_seg(name)}", reason=reason))
-
-    # traffic and flags
-    def list_traffic(self) -> dict[str, Any]:
-        return self.send(Call("GET", "/api/v1/traffic"))
-
-    def get_traffic(self, model: str) -> dict[str, Any]:
-        """The model's weights and, per revision, ready engines and correctness fields."""
-        return self.send(Call("GET", f"/api/v1/traffic/{_seg(model)}"))
-
-    def set_traffic(self, model: str, weights: dict[str, float], allow_correctness_change: bool = False,
-                    reason: str | None = None) -> dict[str, Any]:
-        """Stored weights and the routing `generation` that includes them. A split over revisions whose
-        correctness fields differ is a Conflict (`correctness_split_refused`) unless allowed."""
-        return self.send(set_traffic_call(model, weights, allow_correctness_change, reason))
-
-    def list_flags(self) -> dict[str, Any]:
-        return self.send(Call("GET", "/api/v1/flags"))
-
-    def set_flag(self, name: str, value: bool | int | float | str, reason: str | None = None) -> dict[str, Any]:
-        return self.send(Call("PUT", f"/api/v1/flags/{_seg(name)}", json={"value": value}, reason=reason))
-
-    # audit and tokens
-    def list_audit(self, since: str | None = None, actor: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/audit", params=_params(since=since, actor=actor, limit=limit)))
-
-    def create_token(self, name: str, role: str, reason: str | None = None) -> dict[str, Any]:
-        """The new token is in `token`; it is shown only here."""
-        return self.send(Call("POST", "/api/v1/tokens", json={"name": name, "role": role}, reason=reason))
-
-    def list_tokens(self) -> list[dict[str, Any]]:
-        return self.send(Call("GET", "/api/v1/tokens"))
-
-    def revoke_token(self, name: str, reason: str | None = None, force: bool = False) -> dict[str, Any]:
-        """`force`: even the last active admin token, or the one this client uses (refused with 409 otherwise)."""
-        return self.send(Call("DELETE", f"/api/v1/tokens/{_seg(name)}", reason=reason,
-                              params={"force": "true"} if force else None))
+        return call.parse(_body(response))
 
 
-class AsyncControllerClient:
-    """Asyncio client for the agent's and the gateway's loops."""
+class AsyncControllerClient(ControllerCalls):
+    """Asyncio client (the TUI's, the agent's and the gateway's): the same methods, each awaited."""
 
     def __init__(self, base_url: str = DEFAULT_CONTROLLER, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  transport: httpx.AsyncBaseTransport | None = None):
@@ -262,31 +357,12 @@ class AsyncControllerClient:
 
     async def send(self, call: Call) -> Any:
         try:
-            response = await self._http.request(call.method, call.path, json=call.json, params=call.params, headers=call.headers())
+            response = await self._http.request(call.method, call.path, json=call.json, params=call.params,
+                                                headers=call.headers())
         except httpx.HTTPError as exc:
             raise _unreachable(self.base_url, exc) from None
-        return _result(response)
-
-    async def register_agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self.send(register_agent_call(payload))
-
-    async def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self.send(heartbeat_call(payload))
-
-    async def routing(self) -> dict[str, Any]:
-        return await self.send(ROUTING)
-
-    async def report_gateway(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self.send(report_gateway_call(payload))
-
-    async def list_gateways(self) -> list[dict[str, Any]]:
-        return await self.send(GATEWAYS)
-
-    async def status(self) -> dict[str, Any]:
-        return await self.send(STATUS)
-
-    async def health(self) -> dict[str, Any]:
-        return await self.send(HEALTH)
+        return call.parse(_body(response))
 
 
-__all__ = ["AsyncControllerClient", "Call", "ControllerClient", "FleetError", "DEFAULT_CONTROLLER"]
+__all__ = ["AsyncControllerClient", "Call", "ControllerCalls", "ControllerClient", "Endpoint", "FleetError",
+           "DEFAULT_CONTROLLER", "Request"]

@@ -47,7 +47,7 @@ def apply(ctx: typer.Context,
     """Create the next revision from FILE, or nothing if its content is already a revision."""
     name, spec = read_class_file(file)
     revision = client(ctx).apply_class(name, spec, reason)
-    status(f"class {revision['ref']}: " + ("created" if revision["result"] == "created" else "unchanged (identical content)"))
+    status(f"class {revision.ref}: " + ("created" if revision.result == "created" else "unchanged (identical content)"))
     emit(revision, output, REVISION_COLUMNS)
 
 
@@ -72,8 +72,8 @@ def history(ctx: typer.Context, name: Annotated[str, typer.Argument(help="class 
     emit(revisions, output, HISTORY_COLUMNS)
     if output is Format.table:
         for before, after in zip(revisions, revisions[1:]):
-            typer.echo(f"\n{before['ref']} -> {after['ref']}")
-            typer.echo(format_changes(after["changes"]))
+            typer.echo(f"\n{before.ref} -> {after.ref}")
+            typer.echo(format_changes([change.model_dump() for change in after.changes]))
 
 
 def format_changes(changes: list[dict[str, Any]]) -> str:

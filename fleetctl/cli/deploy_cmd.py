@@ -43,7 +43,7 @@ def set_deployment(
 ) -> None:
     """Create or update deployment NAME."""
     result = client(ctx).set_deployment(name, class_ref, replicas, role, parse_labels(label or []), model, reason)
-    status(f"deployment {name}: {result['result']}")
+    status(f"deployment {name}: {result.result}")
     emit(result, output, COLUMNS)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,6 +12,7 @@ from fleetctl.cli.output import DetailOutputOption, Format, OutputOption, emit, 
 from fleetctl.cli.progress import wait_drained
 from fleetctl.cli.status_cmd import ENGINE_COLUMNS
 from fleetctl.client import ControllerClient
+from fleetctl.controller.responses import EngineView
 from fleetctl.errors import NotFound
 
 NAME = "engine"
@@ -46,7 +47,7 @@ def drain(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes:
         wait_drained(f"engine {name}", lambda: _still_there(api, name), timeout)
 
 
-def _still_there(api: ControllerClient, name: str) -> list[dict[str, Any]]:
+def _still_there(api: ControllerClient, name: str) -> list[EngineView]:
     try:
         return [api.get_engine(name)]
     except NotFound:

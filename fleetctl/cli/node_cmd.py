@@ -36,14 +36,14 @@ def cordon(ctx: typer.Context, name: NodeArg, reason: ReasonOption = None, yes: 
     """No new engines on NODE (running engines stay)."""
     confirm(f"Cordon node {name}?", yes)
     result = client(ctx).cordon_node(name, reason)
-    status(f"node {name}: cordoned" + (" (already)" if result["result"] == "unchanged" else ""))
+    status(f"node {name}: cordoned" + (" (already)" if result.result == "unchanged" else ""))
 
 
 @app.command()
 def uncordon(ctx: typer.Context, name: NodeArg, reason: ReasonOption = None) -> None:
     """Allow new engines on NODE again (ends a drain)."""
     result = client(ctx).uncordon_node(name, reason)
-    status(f"node {name}: schedulable" + (" (already)" if result["result"] == "unchanged" else ""))
+    status(f"node {name}: schedulable" + (" (already)" if result.result == "unchanged" else ""))
 
 
 @app.command()

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from pydantic import BaseModel
 
 
 class Format(str, Enum):
@@ -42,8 +43,21 @@ def status(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def to_plain(data: Any) -> Any:
+    """The JSON form of the client's response models (and of lists and dicts of them); other data as it is."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json", by_alias=True)
+    if isinstance(data, list):
+        return [to_plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: to_plain(value) for key, value in data.items()}
+    return data
+
+
 def emit(data: Any, fmt: Format, columns: Sequence[Column] | None = None) -> None:
-    """Print `data` on stdout. Tables need `columns` (data: a row or a list of rows); else YAML is used."""
+    """Print `data` (response models or plain data) on stdout. Tables need `columns` (data: a row or a list
+    of rows; columns read the rows' JSON form); else YAML is used."""
+    data = to_plain(data)
     if fmt is Format.json:
         typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
     elif fmt is Format.yaml or columns is None:

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from fleetctl.cli.context import client
-from fleetctl.cli.output import Column, Format, OutputOption, col, emit, table
+from fleetctl.cli.output import Column, Format, OutputOption, col, emit, table, to_plain
 
 NAME = "status"
 app = typer.Typer(invoke_without_command=True, help="Fleet status: nodes, engines, deployments.")
@@ -43,12 +43,13 @@ def status(ctx: typer.Context, output: OutputOption = Format.table) -> None:
     if output is not Format.table:
         emit(data, output)
         return
-    leader = "leader" if data["controller"]["leader"] else "follower"
+    leader = "leader" if data.controller.leader else "follower"
+    plain = to_plain(data)
     sections = [(f"controller: {leader}", None, None)] + [
         (title, rows, columns) for title, rows, columns in (
-            ("NODES", data["nodes"], NODE_COLUMNS),
-            ("ENGINES", data["engines"], ENGINE_COLUMNS),
-            ("DEPLOYMENTS", data["deployments"], DEPLOYMENT_COLUMNS),
+            ("NODES", plain["nodes"], NODE_COLUMNS),
+            ("ENGINES", plain["engines"], ENGINE_COLUMNS),
+            ("DEPLOYMENTS", plain["deployments"], DEPLOYMENT_COLUMNS),
         )
     ]
     for title, rows, columns in sections:

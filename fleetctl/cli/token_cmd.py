@@ -23,9 +23,9 @@ def create(ctx: typer.Context, name: TokenArg,
            reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
     """Create a token; it is printed once (stdout) and only its sha256 is kept."""
     created = client(ctx).create_token(name, role, reason)
-    status(f"token {name} ({created['role']}) created; store it now, it is not shown again")
+    status(f"token {name} ({created.role}) created; store it now, it is not shown again")
     if output is Format.table:
-        typer.echo(created["token"])
+        typer.echo(created.token)
     else:
         emit(created, output)
 
@@ -43,6 +43,6 @@ def revoke(ctx: typer.Context, name: TokenArg, reason: ReasonOption = None, yes:
     """Revoke a token at once (the name stays in the list)."""
     confirm(f"Revoke token {name}?", yes)
     result = client(ctx).revoke_token(name, reason, force=force)
-    status(f"token {name}: " + ("revoked" if result["result"] == "revoked" else "already revoked"))
-    if result.get("overridden"):
-        status(f"warning: forced past {', '.join(result['overridden'])}")
+    status(f"token {name}: " + ("revoked" if result.result == "revoked" else "already revoked"))
+    if result.overridden:
+        status(f"warning: forced past {', '.join(result.overridden)}")

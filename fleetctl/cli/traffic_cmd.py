@@ -18,8 +18,9 @@ from typing import Annotated, Any
 import typer
 
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
-from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
+from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status, to_plain
 from fleetctl.client import ControllerClient
+from fleetctl.controller.responses import CorrectnessDifferenceView, GatewayView, TrafficView
 from fleetctl.errors import FleetError, ValidationFailed
 
 NAME = "traffic"
@@ -109,13 +110,13 @@ class Acks:
         return not self.pending
 
 
-def acknowledgements(gateways: list[dict[str, Any]], generation: int) -> Acks:
-    live = [g for g in gateways if not g["stale"]]
+def acknowledgements(gateways: list[GatewayView], generation: int) -> Acks:
+    live = [g for g in gateways if not g.stale]
     return Acks(
         generation=generation,
-        applied=sorted(g["name"] for g in live if g["generation"] >= generation),
-        pending=sorted((g["name"], g["generation"]) for g in live if g["generation"] < generation),
-        stale=sorted(g["name"] for g in gateways if g["stale"]),
+        applied=sorted(g.name for g in live if g.generation >= generation),
+        pending=sorted((g.name, g.generation) for g in live if g.generation < generation),
+        stale=sorted(g.name for g in gateways if g.stale),
     )
 
 
@@ -135,7 +136,7 @@ def _stale_note(acks: Acks) -> str:
     return f"; not waited for (stale): {', '.join(acks.stale)}" if acks.stale else ""
 
 
-def wait_applied(fetch: Callable[[], list[dict[str, Any]]], generation: int, timeout_s: float, poll_s: float = POLL_S,
+def wait_applied(fetch: Callable[[], list[GatewayView]], generation: int, timeout_s: float, poll_s: float = POLL_S,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Poll `fetch` (the gateway list) until every live gateway is at or past `generation`; progress on
     stderr. Returns {gateways, stale, seconds}. FleetError `apply_timeout` (exit 1) after `timeout_s`."""
@@ -159,7 +160,7 @@ def wait_applied(fetch: Callable[[], list[dict[str, Any]]], generation: int, tim
         sleep(min(poll_s, max(timeout_s - elapsed, 0.01)))
 
 
-def _nobody(gateways: list[dict[str, Any]], acks: Acks) -> str:
+def _nobody(gateways: list[GatewayView], acks: Acks) -> str:
     if not gateways:
         return "no gateways registered; nothing to wait for"
     return f"no live gateways ({len(acks.stale)} stale: {', '.join(acks.stale)}); nothing to wait for"
@@ -181,7 +182,7 @@ def correctness_preview(api: ControllerClient, weights: dict[str, float]) -> str
             try:
                 from fleetctl.replica_class import ReplicaClassSpec
 
-                specs[ref] = ReplicaClassSpec.model_validate(api.get_class(ref)["spec"])
+                specs[ref] = ReplicaClassSpec.model_validate(api.get_class(ref).spec)
             except (FleetError, ValueError, KeyError):
                 continue  # the controller will name what is wrong with it
     from fleetctl.controller.traffic_guard import correctness_differences  # lazily, as replica_class
@@ -199,15 +200,15 @@ def get_traffic(ctx: typer.Context, model: ModelArg, output: OutputOption = Form
     """MODEL's weights and, for each revision, its ready engines and correctness fields."""
     view = client(ctx).get_traffic(model)
     if output is Format.table:
-        status(f"{model}: {format_weights(view['weights'])}{_source(view)}")
-        emit(view["revisions"], output, REVISION_COLUMNS)
+        status(f"{model}: {format_weights(view.weights)}{_source(view)}")
+        emit(view.revisions, output, REVISION_COLUMNS)
     else:
         emit(view, output)
 
 
-def _source(view: dict[str, Any]) -> str:
-    if view["source"] == "policy":
-        return f" (set by {view['updated_by']} at {view['updated_at']})"
+def _source(view: TrafficView) -> str:
+    if view.source == "policy":
+        return f" (set by {view.updated_by} at {view.updated_at})"
     return " (no policy: every deployed revision equally)"
 
 
@@ -233,15 +234,16 @@ def set_traffic(
         confirm(f"Allow a correctness change for {model} ({format_weights(parsed)})? "
                 f"{correctness_preview(api, parsed)}. This is audited.", yes)
     result = api.set_traffic(model, parsed, allow_correctness_change, reason)
-    status(f"traffic {model}: {result['result']} (routing generation {result['generation']})")
-    if result.get("correctness_change_allowed"):
-        status("correctness change allowed (audited): " + "; ".join(_describe(d) for d in result["correctness_differences"]))
+    status(f"traffic {model}: {result.result} (routing generation {result.generation})")
+    if result.correctness_change_allowed:
+        status("correctness change allowed (audited): " + "; ".join(_describe(d) for d in result.correctness_differences))
+    shown = to_plain(result)
     if wait:
-        result["applied"] = wait_applied(api.list_gateways, result["generation"], timeout)
-    emit(result, output, SET_COLUMNS)
+        shown["applied"] = wait_applied(api.list_gateways, result.generation, timeout)
+    emit(shown, output, SET_COLUMNS)
 
 
-def _describe(difference: dict[str, Any]) -> str:
-    first, second = difference["between"]
-    fields = ", ".join(f"{f['field']} {_short(f['first'])} -> {_short(f['second'])}" for f in difference["fields"])
+def _describe(difference: CorrectnessDifferenceView) -> str:
+    first, second = difference.between
+    fields = ", ".join(f"{f.field} {_short(f.first)} -> {_short(f.second)}" for f in difference.fields)
     return f"{first} and {second} differ in {fields}"

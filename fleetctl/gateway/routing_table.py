@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from fleetctl.controller import contract
 from fleetctl.gateway.kv_subscriber import KVEventsEndpoint
 from fleetctl.replica_class import ReplicaClassSpec
 
@@ -123,7 +124,7 @@ def refresh_delay_s(interval_s: float, failures: int, max_backoff_s: float, rng_
 class RoutingSource(Protocol):
     """What the cache needs of the controller client (fleetctl.client.AsyncControllerClient has it)."""
 
-    async def routing(self) -> dict[str, Any]: ...
+    async def routing(self) -> contract.RoutingTable: ...
 
 
 @dataclass
@@ -149,7 +150,7 @@ class RoutingTableCache:
     async def refresh_once(self) -> bool:
         """Fetch and take a new table; on any failure keep the last one. True when a table was taken."""
         try:
-            table = parse_routing_table(await self.source.routing())
+            table = parse_routing_table((await self.source.routing()).model_dump())
         except Exception as exc:  # unreachable, an HTTP error, or a table that does not parse
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import httpx
 
 from engine.contract import REFERENCE_MODELS, ROLES
+from fleetctl.controller import contract
 from fleetctl.gateway.engine_metrics import parse_engine_metrics
 from fleetctl.replica_class import ReplicaClassSpec
 
@@ -83,7 +84,7 @@ class StaticTableSource:
         self.flags = dict(flags or {})
         self.known: dict[str, Discovered] = {}
 
-    async def routing(self) -> dict[str, Any]:
+    async def routing(self) -> contract.RoutingTable:
         found = await asyncio.gather(*(self._discover(e) for e in self.engines), return_exceptions=True)
         for engine, result in zip(self.engines, found):
             if isinstance(result, Discovered):
@@ -91,7 +92,8 @@ class StaticTableSource:
         if not self.known:
             errors = "; ".join(f"{e.url}: {type(r).__name__}" for e, r in zip(self.engines, found) if not isinstance(r, Discovered))
             raise ConnectionError(f"no engine answered discovery ({errors})")
-        return build_table([self.known[e.name] for e in self.engines if e.name in self.known], self.flags)
+        return contract.RoutingTable.model_validate(
+            build_table([self.known[e.name] for e in self.engines if e.name in self.known], self.flags))
 
     async def _discover(self, engine: StaticEngine) -> Discovered:
         models = await self.client.get(f"{engine.url}/v1/models", timeout=DISCOVERY_TIMEOUT_S)

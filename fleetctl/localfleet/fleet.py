@@ -174,7 +174,7 @@ def _start_controller(record: FleetRecord, options: UpOptions, progress: Progres
 def controller_up(url: str) -> bool:
     with ControllerClient(url, timeout=2.0) as client:
         try:
-            return bool(client.health().get("ok"))
+            return client.health().ok
         except FleetError:
             return False
 
@@ -250,7 +250,7 @@ def _apply_default_deployment(record: FleetRecord, options: UpOptions, progress:
     """A replica class for the model and a deployment with one mixed engine per node (placement spreads)."""
     spec = {"model": record.served_model, "weights": options.model, "kv_cache_mib": options.kv_cache_mib}
     with ControllerClient(record.controller_url, token=_read_token(record)) as client:
-        record.class_ref = client.apply_class(options.model, spec, reason="fleetctl up: default class")["ref"]
+        record.class_ref = client.apply_class(options.model, spec, reason="fleetctl up: default class").ref
         client.set_deployment(DEPLOYMENT, record.class_ref, replicas=options.nodes, role="mixed",
                               reason="fleetctl up: default deployment")
     record.save()

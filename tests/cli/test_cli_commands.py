@@ -100,7 +100,7 @@ def test_token_create_list_revoke(fleet: Fleet) -> None:
 
 
 def test_token_revoke_refuses_the_token_in_use_without_force(fleet: Fleet) -> None:
-    me = next(t["name"] for t in fleet.client().list_tokens() if t["name"].startswith("test-admin"))
+    me = next(t.name for t in fleet.client().list_tokens() if t.name.startswith("test-admin"))
     refused = fleet.run("token", "revoke", me, "--yes")
     assert refused.exit_code == ExitCode.REFUSED
     assert "locks you out" in one_error_line(refused) and "--force" in one_error_line(refused)

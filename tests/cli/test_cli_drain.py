@@ -38,8 +38,8 @@ def agent(fleet: Fleet, node: str) -> Iterator[None]:
         generation, engines, seen = 0, [], set()
         while not stop.is_set():
             reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
-            generation = reply["generation"]
-            engines = [report(a, seen) for a in reply["assignment"]]
+            generation = reply.generation
+            engines = [report(a.model_dump(), seen) for a in reply.assignment]
             stop.wait(0.05)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -60,7 +60,7 @@ def deploy(fleet: Fleet, tmp_path: Path, replicas: int) -> None:
 def wait_ready(fleet: Fleet, count: int) -> None:
     with fleet.client() as client:
         for _ in range(400):
-            if sum(e["state"] == "ready" for e in client.list_engines()) >= count:
+            if sum(e.state == "ready" for e in client.list_engines()) >= count:
                 return
             threading.Event().wait(0.05)
     pytest.fail("engines did not become ready")
@@ -74,9 +74,9 @@ def test_node_drain_waits_until_engines_stopped(fleet: Fleet, tmp_path: Path) ->
         assert "node n1: drained" in result.stderr
         with fleet.client() as client:
             node = client.get_node("n1")
-            assert node["cordoned"] and node["draining"]
+            assert node.cordoned and node.draining
             wait_ready(fleet, 2)  # the replacement runs on n2
-            assert {e["node"] for e in client.list_engines() if e["state"] == "ready"} == {"n2"}
+            assert {e.node for e in client.list_engines() if e.state == "ready"} == {"n2"}
 
 
 def test_engine_drain_waits_until_stopped(fleet: Fleet, tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_drain_without_an_agent_times_out_or_returns_at_once(fleet: Fleet, tmp_p
     fleet.server.runtime.step()
     ok(fleet.run("node", "drain", "n1", "--yes", "--no-wait"))
     with fleet.client() as client:
-        assert client.get_engine("chat-0")["drain"] is True
+        assert client.get_engine("chat-0").drain is True
     timed_out = fleet.run("node", "drain", "n1", "--yes", "--timeout", "0.3")
     assert timed_out.exit_code == ExitCode.ERROR
     assert "not drained after 0.3s; still running: chat-0" in one_error_line(timed_out, after_progress=True)

@@ -38,9 +38,9 @@ def agent(fleet: Fleet, node: str = "n1") -> Iterator[None]:
         generation, engines = 0, []
         while not stop.is_set():
             reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
-            generation = reply["generation"]
-            engines = [{"name": a["name"], "model": a["model"], "class_ref": a["class_ref"], "role": a["role"],
-                        "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}} for a in reply["assignment"]]
+            generation = reply.generation
+            engines = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role,
+                        "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}} for a in reply.assignment]
             stop.wait(0.05)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -88,7 +88,7 @@ def serving(fleet: Fleet, stack: ExitStack) -> None:
         client.set_deployment("chat-r1", "chat@r1", 1)
         client.set_deployment("chat-r2", "chat@r2", 1)
         deadline = time.monotonic() + 20
-        while [r["ready_engines"] for r in client.get_traffic(MODEL)["revisions"]] != [1, 1]:
+        while [r.ready_engines for r in client.get_traffic(MODEL).revisions] != [1, 1]:
             assert time.monotonic() < deadline, client.get_traffic(MODEL)
             time.sleep(0.05)
 
@@ -140,9 +140,9 @@ def test_a_refused_split_exits_5_with_one_line_and_stores_nothing(served: Fleet)
         "error: chat@r1 and chat@r2 differ in correctness fields: max_model_len 2048 -> 8192; "
         "pass allow_correctness_change to split traffic anyway")
     with served.client() as client:
-        assert client.get_traffic(MODEL)["source"] == "deployments"
-        (event,) = [e for e in client.list_audit() if e["action"] == "traffic.set"]
-        assert (event["result"], event["code"], event["reason"]) == ("refused", "correctness_split_refused", "try it")
+        assert client.get_traffic(MODEL).source == "deployments"
+        (event,) = [e for e in client.list_audit() if e.action == "traffic.set"]
+        assert (event.result, event.code, event.reason) == ("refused", "correctness_split_refused", "try it")
 
 
 def test_no_ready_engine_is_a_refusal_too(fleet: Fleet) -> None:
@@ -158,15 +158,15 @@ def test_allowing_a_correctness_change_asks_first_and_is_audited(served: Fleet) 
     assert "Allow a correctness change for smollm2-135m (chat@r1=90 chat@r2=10)?" in aborted.stdout
     assert "chat@r1 and chat@r2 differ in correctness fields: max_model_len 2048 -> 8192" in aborted.stdout
     with served.client() as client:
-        assert client.get_traffic(MODEL)["source"] == "deployments"
+        assert client.get_traffic(MODEL).source == "deployments"
     done = ok(served.run("traffic", "set", MODEL, "chat@r1=90", "chat@r2=10", "--allow-correctness-change", "--no-wait",
                          "-o", "yaml", input="y\n"))
     assert "correctness change allowed (audited): chat@r1 and chat@r2 differ in max_model_len 2048 -> 8192" in done.stderr
     assert yaml.safe_load(done.stdout.split("[y/N]: y\n", 1)[1])["weights"] == {"chat@r1": 90.0, "chat@r2": 10.0}
     with served.client() as client:
-        (event,) = [e for e in client.list_audit() if e["action"] == "traffic.set"][-1:]
-        assert (event["result"], event["code"]) == ("ok", "correctness_change_allowed")
-        assert event["detail"]["correctness_differences"][0]["fields"][0]["field"] == "max_model_len"
+        (event,) = [e for e in client.list_audit() if e.action == "traffic.set"][-1:]
+        assert (event.result, event.code) == ("ok", "correctness_change_allowed")
+        assert event.detail["correctness_differences"][0]["fields"][0]["field"] == "max_model_len"
 
 
 def test_set_waits_until_every_live_gateway_applied_the_change(served: Fleet) -> None:
@@ -178,7 +178,7 @@ def test_set_waits_until_every_live_gateway_applied_the_change(served: Fleet) ->
                                "-o", "json", "--reason", "canary"))
         output = json.loads(result.stdout)
         with served.client() as client:
-            reported = {g["name"]: g["generation"] for g in client.list_gateways()}
+            reported = {g.name: g.generation for g in client.list_gateways()}
     generation = output["generation"]
     assert output["applied"]["gateways"] == ["gw-a", "gw-b"] and output["applied"]["stale"] == ["gw-gone"]
     assert reported["gw-a"] >= generation and reported["gw-b"] >= generation
@@ -202,13 +202,13 @@ def test_a_gateway_that_does_not_apply_the_change_times_the_wait_out(served: Fle
     line = one_error_line(result, after_progress=True)
     assert "not applied within 1s by: gw-stuck (at 0); the change is stored, 1/2 gateway(s) applied it" in line
     with served.client() as client:
-        assert client.get_traffic(MODEL)["weights"] == {"chat@r2": 1.0}
+        assert client.get_traffic(MODEL).weights == {"chat@r2": 1.0}
 
 
 def wait_listed(fleet: Fleet, names: set[str]) -> None:
     deadline = time.monotonic() + 10
     with fleet.client() as client:
-        while {g["name"] for g in client.list_gateways() if not g["stale"]} < names:
+        while {g.name for g in client.list_gateways() if not g.stale} < names:
             assert time.monotonic() < deadline, client.list_gateways()
             time.sleep(0.05)
 

@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from fleetctl.cli.traffic_cmd import acknowledgements, wait_applied
+from fleetctl.controller.responses import GatewayView
 from fleetctl.errors import FleetError
 
 
-def gw(name: str, generation: int, stale: bool = False) -> dict[str, Any]:
-    return {"name": name, "generation": generation, "stale": stale}
+def gw(name: str, generation: int, stale: bool = False) -> GatewayView:
+    return GatewayView(name=name, url=None, generation=generation, table_age_s=0.0, refresh_interval_s=2.0,
+                       first_seen="2026-01-01T00:00:00+00:00", last_seen="2026-01-01T00:00:00+00:00",
+                       seen_ago_s=0.0, stale=stale, reported_by="viewer")
 
 
 def test_live_gateways_at_or_past_the_generation_have_applied_it() -> None:

@@ -27,7 +27,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[ServerThread]:
 def test_client_errors_are_typed(server: ServerThread) -> None:
     tokens = role_tokens(server.runtime.store)
     with ControllerClient(server.url, tokens["operator"]) as client:
-        assert client.apply_class("chat", SPEC, reason="test")["ref"] == "chat@r1"
+        assert client.apply_class("chat", SPEC, reason="test").ref == "chat@r1"
         with pytest.raises(ValidationFailed) as invalid:
             client.set_deployment("chat", "chat@r1", -1)
         assert (invalid.value.field, invalid.value.status) == ("replicas", 422)
@@ -59,16 +59,16 @@ async def test_async_client_agent_and_gateway_calls(server: ServerThread) -> Non
     async with AsyncControllerClient(server.url, tokens["agent"]) as agent:
         registered = await agent.register_agent(
             {"node": "n1", "url": "http://n1", "labels": {}, "capacity": {"engines": 2, "kv_mib": 1}, "agent_version": "t"})
-        assert registered["node"] == "n1"
+        assert registered.node == "n1"
         reply = await agent.heartbeat({"node": "n1", "generation": 0, "engines": [], "cut_off_s": None})
         for _ in range(200):  # the background reconciler places the engine within a few passes
-            if reply["assignment"]:
+            if reply.assignment:
                 break
             await asyncio.sleep(0.05)
             reply = await agent.heartbeat({"node": "n1", "generation": 0, "engines": [], "cut_off_s": None})
-        assert [a["name"] for a in reply["assignment"]] == ["chat-0"]
+        assert [a.name for a in reply.assignment] == ["chat-0"]
         with pytest.raises(AuthError):
             await agent.routing()  # agent tokens only reach /api/v1/agents/*
     async with AsyncControllerClient(server.url, tokens["viewer"]) as gateway:
         table = await gateway.routing()
-        assert "smollm2-135m" in table["models"]
+        assert "smollm2-135m" in table.models

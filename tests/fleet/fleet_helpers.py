@@ -80,7 +80,7 @@ def complete(url: str, prompt: str = "hello", max_tokens: int = 8, timeout_s: fl
 def converged(record: FleetRecord, replicas: int) -> dict[str, dict[str, Any]] | None:
     """The controller's engines when `replicas` are ready and nothing else is assigned, else None."""
     with controller(record) as api:
-        engines = {e["name"]: e for e in api.list_engines()}
+        engines = {e.name: e.model_dump() for e in api.list_engines()}
     ready = [e for e in engines.values() if e["state"] == "ready" and not e["drain"]]
     return engines if len(ready) == replicas == len(engines) else None
 

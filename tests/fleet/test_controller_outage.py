@@ -72,7 +72,7 @@ def test_engines_serve_through_a_controller_outage_and_the_fleet_reconverges(tin
         name: (e["node"], e["url"]) for name, e in before.items()}
     assert {n: (e["pid"], e["restarts"]) for n, e in engines_by_name(tiny_fleet).items()} == processes_before
     with controller(tiny_fleet) as api:
-        assert all(node["state"] == "up" for node in api.list_nodes())
+        assert all(node.state == "up" for node in api.list_nodes())
     for client in agents(tiny_fleet).values():
         assert client.health()["controller"]["last_cut_off_s"] > 0
 
@@ -83,7 +83,7 @@ def cut_off_watch(record) -> Callable[[], dict[str, float] | None]:
 
     def probe() -> dict[str, float] | None:
         with controller(record) as api:
-            seen.update({node["name"]: node["cut_off_s"] for node in api.list_nodes() if node["cut_off_s"]})
+            seen.update({node.name: node.cut_off_s for node in api.list_nodes() if node.cut_off_s})
         return dict(seen) if len(seen) == len(record.of_kind("agent")) else None
 
     return probe

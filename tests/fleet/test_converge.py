@@ -22,8 +22,8 @@ def test_assignment_converges_one_engine_per_node(tiny_fleet):
         assert engine["port"] == int(engine["url"].rsplit(":", 1)[1])
         assert complete(engine["url"])["choices"][0]["text"]
     with controller(tiny_fleet) as api:
-        nodes = {n["name"]: n for n in api.list_nodes()}
-    assert all(n["applied_generation"] == n["generation"] for n in nodes.values())
+        nodes = {n.name: n for n in api.list_nodes()}
+    assert all(n.applied_generation == n.generation for n in nodes.values())
 
 
 def test_agents_report_what_they_run_and_scrape_metrics(tiny_fleet):
@@ -46,7 +46,7 @@ def test_engine_killed_with_sigkill_is_restarted_and_reported(tiny_fleet):
 
     def restarted():
         with controller(tiny_fleet) as api:
-            engine = api.get_engine("local-1")
+            engine = api.get_engine("local-1").model_dump()
         return engine if engine["state"] == "ready" and engine["pid"] != before["pid"] else None
 
     after = wait_until(restarted, 90, "local-1 restarted and reported ready")

@@ -18,6 +18,7 @@ import pytest
 
 from agent.backoff import Backoff
 from agent.heartbeat import HeartbeatLoop
+from fleetctl.controller.responses import HeartbeatResponse, RegisterResponse
 
 AGENTS = 20
 BACKOFF = Backoff(base=1.0, cap=8.0)
@@ -53,7 +54,7 @@ class SimController:
     def up(self) -> bool:
         return not OUTAGE_AT <= self.clock.now < RESTART_AT
 
-    def answer(self, node: str, reply: dict[str, Any], cut_off_s: float | None = None) -> dict[str, Any]:
+    def answer(self, node: str, reply: Any, cut_off_s: float | None = None) -> Any:
         ok = self.up()
         self.calls.append(Call(self.clock.now, node, ok, cut_off_s))
         if not ok:
@@ -68,11 +69,11 @@ class SimLink:
     controller: SimController
     node: str
 
-    async def register_agent(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.controller.answer(self.node, {"heartbeat_interval_s": HEARTBEAT_S})
+    async def register_agent(self, payload: dict[str, Any]) -> RegisterResponse:
+        return self.controller.answer(self.node, RegisterResponse(node=self.node, heartbeat_interval_s=HEARTBEAT_S, generation=0))
 
-    async def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        reply = {"generation": 1, "assignment": [], "heartbeat_interval_s": HEARTBEAT_S}
+    async def heartbeat(self, payload: dict[str, Any]) -> HeartbeatResponse:
+        reply = HeartbeatResponse(generation=1, assignment=[], heartbeat_interval_s=HEARTBEAT_S)
         return self.controller.answer(self.node, reply, payload["cut_off_s"])
 
 

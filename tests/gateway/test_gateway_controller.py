@@ -30,7 +30,7 @@ def fleet(launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> tuple
     engine = launcher.engine()
     controller = launcher.controller(Path(tmp_path_factory.mktemp("controller-state")), TOKEN)
     with ControllerClient(controller.url, TOKEN) as api:
-        assert api.apply_class("tiny", {"model": "tiny", "weights": "tiny", "max_model_len": 1024})["ref"] == "tiny@r1"
+        assert api.apply_class("tiny", {"model": "tiny", "weights": "tiny", "max_model_len": 1024}).ref == "tiny@r1"
         report_engine(api, engine)
         api.set_traffic("tiny", {"tiny@r1": 1.0}, reason="gateway test")
     return controller, engine
@@ -41,10 +41,10 @@ def test_routes_on_the_controller_table_and_keeps_routing_when_it_is_gone(launch
     gateway = launcher.gateway("--controller", controller.url, "--token", TOKEN, "--table-refresh-s", "0.5",
                                "--name", "gw-test")
     with ControllerClient(controller.url, TOKEN) as api:
-        generation = api.routing()["generation"]
-        reported = wait_until(lambda: [g for g in api.list_gateways() if g["name"] == "gw-test"], 20,
+        generation = api.routing().generation
+        reported = wait_until(lambda: [g for g in api.list_gateways() if g.name == "gw-test"], 20,
                               "the gateway to report the generation it applied")
-    assert reported[0]["generation"] == generation and reported[0]["url"] == gateway.url
+    assert reported[0].generation == generation and reported[0].url == gateway.url
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 3}
     response = gateway.post("/v1/completions", body)
     assert response.status_code == 200, response.text

@@ -8,6 +8,7 @@ import copy
 
 import pytest
 
+from fleetctl.controller import contract
 from fleetctl.errors import Unavailable
 from fleetctl.gateway.routing_table import (
     RoutingTableCache,
@@ -49,16 +50,16 @@ class Clock:
 
 
 class ScriptedController:
-    """Answers routing() from a script: a dict is returned, an exception raised."""
+    """Answers routing() from a script: a dict is parsed as the client parses the reply, an exception raised."""
 
     def __init__(self, *answers) -> None:
         self.answers = list(answers)
 
-    async def routing(self) -> dict:
+    async def routing(self) -> contract.RoutingTable:
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return copy.deepcopy(answer)
+        return contract.RoutingTable.model_validate(copy.deepcopy(answer))
 
 
 def test_parse_takes_the_whole_table():

@@ -10,13 +10,14 @@ from fleetctl.controller import audit, tokens
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import ADMIN, VIEWER
+from fleetctl.controller.responses import AuditEventView, TokenCreated, TokenRevoked, TokenView
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body, TokenCreate
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 
 
-@router.post("/tokens", name="token.create", status_code=201)
+@router.post("/tokens", name="token.create", status_code=201, response_model=TokenCreated)
 def token_create(body: TokenCreate, change: Change = Depends(mutation(ADMIN))) -> dict[str, Any]:
     runtime = change.runtime
     with runtime.store.session() as session:
@@ -26,13 +27,13 @@ def token_create(body: TokenCreate, change: Change = Depends(mutation(ADMIN))) -
     return {**view, "token": token}
 
 
-@router.get("/tokens", name="token.list", dependencies=[Depends(require(ADMIN))])
+@router.get("/tokens", name="token.list", response_model=list[TokenView], dependencies=[Depends(require(ADMIN))])
 def token_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
         return [tokens.token_view(row) for row in tokens.list_tokens(session)]
 
 
-@router.delete("/tokens/{name}", name="token.revoke")
+@router.delete("/tokens/{name}", name="token.revoke", response_model=TokenRevoked)
 def token_revoke(
     name: str, body: Body | None = None, change: Change = Depends(mutation(ADMIN)),
     force: bool = Query(default=False, description="revoke even the last active admin token, or the caller's own"),
@@ -48,7 +49,7 @@ def token_revoke(
     return {"name": name, "result": "revoked" if outcome.revoked else "unchanged", "overridden": list(outcome.overridden)}
 
 
-@router.get("/audit", name="audit.list", dependencies=[Depends(require(VIEWER))])
+@router.get("/audit", name="audit.list", response_model=list[AuditEventView], dependencies=[Depends(require(VIEWER))])
 def audit_list(
     since: str | None = Query(default=None, description="a duration ago (15m, 2h, 7d) or an ISO 8601 time"),
     actor: str | None = Query(default=None, description="token name"),

@@ -10,6 +10,7 @@ from fleetctl.controller import deployments
 from fleetctl.controller.api.deps import Change, get_runtime, if_match, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.responses import DeploymentDeleted, DeploymentSetResult, DeploymentView
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body, DeploymentSet
 from fleetctl.controller.versions import etag
@@ -18,7 +19,8 @@ router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
 read = [Depends(require(VIEWER))]
 
 
-@router.put("/{name}", name="deployment.set", responses={201: {"description": "created"}})
+@router.put("/{name}", name="deployment.set", response_model=DeploymentSetResult,
+            responses={201: {"model": DeploymentSetResult, "description": "created"}})
 def deployment_set(name: str, body: DeploymentSet, response: Response, change: Change = Depends(mutation(OPERATOR)),
                    expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """Create or update. With `If-Match: "<version>"` only if the stored deployment is at that version (409
@@ -35,13 +37,13 @@ def deployment_set(name: str, body: DeploymentSet, response: Response, change: C
     return {**view, "result": result}
 
 
-@router.get("", name="deployment.list", dependencies=read)
+@router.get("", name="deployment.list", response_model=list[DeploymentView], dependencies=read)
 def deployment_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
         return [deployments.deployment_view(row) for row in deployments.list_deployments(session)]
 
 
-@router.get("/{name}", name="deployment.show", dependencies=read)
+@router.get("/{name}", name="deployment.show", response_model=DeploymentView, dependencies=read)
 def deployment_show(name: str, response: Response, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         view = deployments.deployment_view(deployments.get_deployment(session, name))
@@ -49,7 +51,7 @@ def deployment_show(name: str, response: Response, runtime: ControllerRuntime = 
     return view
 
 
-@router.delete("/{name}", name="deployment.delete")
+@router.delete("/{name}", name="deployment.delete", response_model=DeploymentDeleted)
 def deployment_delete(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR)),
                       expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """The deployment's engines are drained by the next reconcile. With `If-Match`, only at that version."""

@@ -12,6 +12,7 @@ from fleetctl.controller import nodes, views
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.responses import EngineChange, EngineView, NodeChange, NodeDetail, NodeView
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body
 
@@ -19,13 +20,13 @@ router = APIRouter(prefix="/api/v1", tags=["nodes"])
 read = [Depends(require(VIEWER))]
 
 
-@router.get("/nodes", name="node.list", dependencies=read)
+@router.get("/nodes", name="node.list", response_model=list[NodeView], dependencies=read)
 def node_list(runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
         return views.nodes(session, runtime.clock())
 
 
-@router.get("/nodes/{name}", name="node.show", dependencies=read)
+@router.get("/nodes/{name}", name="node.show", response_model=NodeDetail, dependencies=read)
 def node_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         return _node_detail(session, name, runtime)
@@ -47,38 +48,38 @@ def _node_change(name: str, change: Change, apply: Callable[[Session, str], bool
     return {**detail, "result": "changed" if changed else "unchanged"}
 
 
-@router.post("/nodes/{name}/cordon", name="node.cordon")
+@router.post("/nodes/{name}/cordon", name="node.cordon", response_model=NodeChange)
 def node_cordon(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """No new engines on this node; its engines keep running."""
     return _node_change(name, change, lambda s, n: nodes.set_cordon(s, n, True))
 
 
-@router.post("/nodes/{name}/uncordon", name="node.uncordon")
+@router.post("/nodes/{name}/uncordon", name="node.uncordon", response_model=NodeChange)
 def node_uncordon(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """New engines may be placed here again (also ends a drain; drained engines are not brought back)."""
     return _node_change(name, change, lambda s, n: nodes.set_cordon(s, n, False))
 
 
-@router.post("/nodes/{name}/drain", name="node.drain")
+@router.post("/nodes/{name}/drain", name="node.drain", response_model=NodeChange)
 def node_drain(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """Cordon, and mark every engine on the node drain=true: the agent drains and stops them; the
     reconciler places replacements elsewhere."""
     return _node_change(name, change, nodes.drain_node)
 
 
-@router.get("/engines", name="engine.list", dependencies=read)
+@router.get("/engines", name="engine.list", response_model=list[EngineView], dependencies=read)
 def engine_list(node: str | None = None, runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
         return views.engines(session, node=node)
 
 
-@router.get("/engines/{name}", name="engine.show", dependencies=read)
+@router.get("/engines/{name}", name="engine.show", response_model=EngineView, dependencies=read)
 def engine_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         return views.engine(session, name)
 
 
-@router.post("/engines/{name}/drain", name="engine.drain")
+@router.post("/engines/{name}/drain", name="engine.drain", response_model=EngineChange)
 def engine_drain(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """Mark one engine drain=true; a replacement is placed if its deployment still wants it."""
     runtime = change.runtime

@@ -10,6 +10,7 @@ from fleetctl.controller import flags, routing_generation, traffic, views
 from fleetctl.controller.api.deps import Change, get_runtime, if_match, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.responses import FlagSetResult, FlagView, TrafficPolicyView, TrafficSetResult, TrafficView
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import FlagSet, TrafficSet
 from fleetctl.controller.versions import etag
@@ -18,20 +19,20 @@ router = APIRouter(prefix="/api/v1", tags=["policy"])
 read = [Depends(require(VIEWER))]
 
 
-@router.get("/traffic", name="traffic.list", dependencies=read)
+@router.get("/traffic", name="traffic.list", response_model=dict[str, TrafficPolicyView], dependencies=read)
 def traffic_list(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         return traffic.list_traffic(session)
 
 
-@router.get("/traffic/{model}", name="traffic.show", dependencies=read)
+@router.get("/traffic/{model}", name="traffic.show", response_model=TrafficView, dependencies=read)
 def traffic_show(model: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     """The model's weights and, per revision, its ready engines and correctness fields."""
     with runtime.store.session() as session:
         return traffic.traffic_view(session, model)
 
 
-@router.put("/traffic/{model}", name="traffic.set", responses={409: {"description": "refused by the split guard"}})
+@router.put("/traffic/{model}", name="traffic.set", response_model=TrafficSetResult, responses={409: {"description": "refused by the split guard"}})
 def traffic_set(model: str, body: TrafficSet, response: Response, change: Change = Depends(mutation(OPERATOR)),
                 expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """Refused (409 `correctness_split_refused`) when positively weighted revisions differ in correctness
@@ -54,13 +55,13 @@ def traffic_set(model: str, body: TrafficSet, response: Response, change: Change
             "correctness_differences": [d.to_json() for d in outcome.allowed_differences]}
 
 
-@router.get("/flags", name="flag.list", dependencies=read)
+@router.get("/flags", name="flag.list", response_model=dict[str, FlagView], dependencies=read)
 def flag_list(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         return flags.list_flags(session)
 
 
-@router.put("/flags/{name}", name="flag.set")
+@router.put("/flags/{name}", name="flag.set", response_model=FlagSetResult)
 def flag_set(name: str, body: FlagSet, response: Response, change: Change = Depends(mutation(OPERATOR)),
              expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """With `If-Match: "<version>"` only if the stored flag is at that version (409 `version_conflict`)."""

@@ -11,19 +11,20 @@ from fleetctl.controller.api.deps import get_runtime, require
 from fleetctl.controller.auth import VIEWER
 from fleetctl.controller.contract import RoutingTable
 from fleetctl.controller.db import current_revision
+from fleetctl.controller.responses import FleetStatus, Health
 from fleetctl.controller.runtime import ControllerRuntime
 
 router = APIRouter(tags=["fleet"])
 read = [Depends(require(VIEWER))]
 
 
-@router.get("/healthz", name="health")
+@router.get("/healthz", name="health", response_model=Health)
 def health(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     """No auth. `schema` is the applied migration."""
     return {"ok": True, "leader": runtime.is_leader, "schema": current_revision(runtime.store.engine)}
 
 
-@router.get("/api/v1/status", name="status", dependencies=read)
+@router.get("/api/v1/status", name="status", response_model=FleetStatus, dependencies=read)
 def status(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
         return views.status(session, runtime.clock(), runtime.is_leader)

@@ -1,0 +1,275 @@
+"""Response models of the controller API: one pydantic model per response shape, each field described.
+
+The routes declare them (`response_model=`), so the OpenAPI schema documents every response, and the
+controller client (fleetctl/client.py) parses replies into them, so the CLI and the TUI read typed values.
+
+Invariants:
+- Torch-free and free of the controller's runtime: this module imports only pydantic and the wire types of
+  `contract.py`, never `models`, `db` or `runtime`, so a client imports it without SQLAlchemy.
+- A model's fields are the keys its view function builds (views.py, nodes.py, classes.py, ...), in the
+  same order, so declaring the model leaves the JSON body as it is. Times are ISO 8601 strings, as sent.
+- Models ignore unknown fields, so a client keeps working against a newer controller that adds some.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetctl.controller.contract import GatewayView, HeartbeatResponse, RegisterResponse, RoutingEngine, RoutingModel, RoutingTable
+
+FlagValue = bool | int | float | str
+Changed = Literal["changed", "unchanged"]
+
+
+class ResponseModel(BaseModel):
+    """Base of every response model: unknown fields are ignored; `populate_by_name` for aliased fields."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --- fleet ---
+
+class Health(ResponseModel):
+    ok: bool = Field(description="the controller answers")
+    leader: bool = Field(description="this replica runs the reconciler")
+    schema_revision: str | None = Field(alias="schema", description="the applied Alembic migration")
+
+
+class NodeCapacity(ResponseModel):
+    engines: int = Field(description="how many engines the node may run")
+    kv_mib: int = Field(description="KV memory the node offers, MiB")
+
+
+class NodeView(ResponseModel):
+    name: str = Field(description="the node's name")
+    url: str = Field(description="the agent's base URL")
+    state: str = Field(description="up | down")
+    cordoned: bool = Field(description="no new engines are placed here")
+    draining: bool = Field(description="its engines are being drained")
+    labels: dict[str, str] = Field(description="labels deployments' placement matches")
+    capacity: NodeCapacity = Field(description="what the agent offers")
+    agent_version: str = Field(description="the agent's version, as it registered")
+    engines: int = Field(description="engines assigned to the node")
+    last_heartbeat_at: str = Field(description="time of the last heartbeat (or registration)")
+    heartbeat_age_s: float = Field(description="seconds since then, to 0.1 s")
+    generation: int = Field(description="the node's desired-assignment generation")
+    applied_generation: int = Field(description="the generation the agent last reported applied")
+    cut_off_s: float | None = Field(description="seconds the agent was unreachable before its last beat")
+    registered_at: str = Field(description="time of first registration")
+
+
+class EngineView(ResponseModel):
+    name: str = Field(description="engine name, unique on its node")
+    node: str = Field(description="the node it is assigned to or runs on")
+    deployment: str | None = Field(description="the deployment it belongs to; None if only reported")
+    model: str = Field(description="the model it serves")
+    class_ref: str = Field(description="its class revision, NAME@rN")
+    role: str = Field(description="mixed | prefill | decode")
+    state: str = Field(description="starting | ready | draining | stopped | failed, or pending (not yet reported)")
+    drain: bool = Field(description="marked for draining")
+    url: str | None = Field(description="the engine's base URL")
+    port: int | None = Field(description="its port")
+    pid: int | None = Field(description="its process id")
+    kv_events_endpoint: str | None = Field(description="its KV event publisher (ZMQ)")
+    restarts: int = Field(description="restarts by the agent's supervisor")
+    last_exit: str | None = Field(description="how it last exited")
+    metrics: dict[str, Any] = Field(description="the load figures the agent last scraped")
+    updated_at: str | None = Field(description="time of the agent's last report; None while pending")
+
+
+class NodeDetail(NodeView):
+    engine_list: list[EngineView] = Field(description="the node's engines")
+
+
+class NodeChange(NodeDetail):
+    result: Changed = Field(description="whether the cordon, uncordon or drain changed anything")
+
+
+class EngineChange(EngineView):
+    result: Changed = Field(description="whether the drain changed anything")
+
+
+# --- replica classes ---
+
+class ClassRevisionView(ResponseModel):
+    name: str = Field(description="the class name")
+    revision: int = Field(description="its revision number N")
+    ref: str = Field(description="NAME@rN")
+    digest: str = Field(description="sha256 of the spec's content")
+    spec: dict[str, Any] = Field(description="the ReplicaClassSpec, as stored")
+    created_at: str = Field(description="time of creation")
+    created_by: str = Field(description="token name that created it")
+
+
+class ClassApplied(ClassRevisionView):
+    result: Literal["created", "unchanged"] = Field(description="a new revision (201), or identical content (200)")
+
+
+class ClassSummary(ResponseModel):
+    name: str = Field(description="the class name")
+    latest: str = Field(description="its latest revision, NAME@rN")
+    revisions: int = Field(description="how many revisions it has")
+    model: str | None = Field(description="the latest revision's model")
+    backend: str | None = Field(description="the latest revision's backend")
+    created_at: str = Field(description="creation time of the latest revision")
+
+
+class SpecChange(ResponseModel):
+    field: str = Field(description="the spec field")
+    tag: str = Field(description="correctness | performance")
+    old: Any = Field(description="its value in the revision before")
+    new: Any = Field(description="its value in this revision")
+
+
+class ClassHistoryEntry(ClassRevisionView):
+    changes: list[SpecChange] = Field(description="changes from the revision before, correctness first")
+
+
+# --- deployments ---
+
+class DeploymentView(ResponseModel):
+    name: str = Field(description="the deployment name")
+    model: str = Field(description="the model it serves")
+    class_ref: str = Field(description="its class revision, NAME@rN")
+    role: str = Field(description="mixed | prefill | decode")
+    replicas: int = Field(description="desired engines")
+    placement: dict[str, str] = Field(description="node labels that must all match")
+    updated_at: str = Field(description="time of the last change")
+    updated_by: str = Field(description="token name of the last change")
+    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+
+
+class DeploymentSetResult(DeploymentView):
+    result: Literal["created", "updated", "unchanged"] = Field(description="what the set did")
+
+
+class DeploymentStatus(DeploymentView):
+    placed: int = Field(description="engines assigned and not draining")
+    ready: int = Field(description="of those, reported ready")
+    pending: int = Field(description="replicas not yet placed")
+
+
+class DeploymentDeleted(ResponseModel):
+    name: str = Field(description="the deleted deployment")
+    result: Literal["deleted"] = Field(description="always 'deleted'")
+
+
+class ControllerInfo(ResponseModel):
+    leader: bool = Field(description="this replica runs the reconciler")
+    at: str = Field(description="the controller's time of the answer")
+
+
+class FleetStatus(ResponseModel):
+    controller: ControllerInfo = Field(description="the answering controller")
+    nodes: list[NodeView] = Field(description="every node")
+    engines: list[EngineView] = Field(description="every assigned or reported engine")
+    deployments: list[DeploymentStatus] = Field(description="every deployment, with placement counts")
+
+
+# --- traffic and flags ---
+
+class TrafficPolicyView(ResponseModel):
+    weights: dict[str, float] = Field(description="class revision -> relative weight")
+    updated_at: str = Field(description="time of the last change")
+    updated_by: str = Field(description="token name of the last change")
+    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+
+
+class RevisionTraffic(ResponseModel):
+    ref: str = Field(description="class revision, NAME@rN")
+    weight: float = Field(description="its weight (0 when deployed but not weighted)")
+    share: float = Field(description="its share of the positive weights, to 4 places")
+    ready_engines: int = Field(description="ready, undrained engines on up nodes")
+    correctness: dict[str, Any] = Field(description="its correctness-tagged spec fields")
+
+
+class TrafficView(ResponseModel):
+    model: str = Field(description="the model")
+    source: Literal["policy", "deployments"] = Field(description="a stored policy, or every deployed revision equally")
+    weights: dict[str, float] = Field(description="class revision -> relative weight")
+    updated_at: str | None = Field(description="time of the policy's last change; None without a policy")
+    updated_by: str | None = Field(description="token name of that change")
+    version: int | None = Field(description="the policy's version; None without a policy")
+    revisions: list[RevisionTraffic] = Field(description="each revision weighted or deployed")
+
+
+class FieldDifference(ResponseModel):
+    field: str = Field(description="the correctness field")
+    first: Any = Field(description="its value in the first revision")
+    second: Any = Field(description="its value in the second")
+
+
+class CorrectnessDifferenceView(ResponseModel):
+    between: list[str] = Field(description="the two class revisions, lower first")
+    fields: list[FieldDifference] = Field(description="the correctness fields that differ")
+
+
+class TrafficSetResult(ResponseModel):
+    model: str = Field(description="the model")
+    weights: dict[str, float] = Field(description="the weights asked for")
+    result: Changed = Field(description="whether they differ from the stored ones")
+    version: int = Field(description="the stored policy's version after the change")
+    generation: int = Field(description="the routing-table generation that includes the change")
+    correctness_change_allowed: bool = Field(description="stored over differing correctness fields, as allowed")
+    correctness_differences: list[CorrectnessDifferenceView] = Field(description="the differences allowed")
+
+
+class FlagView(ResponseModel):
+    value: FlagValue = Field(description="the flag's value")
+    updated_at: str = Field(description="time of the last change")
+    updated_by: str = Field(description="token name of the last change")
+    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+
+
+class FlagSetResult(ResponseModel):
+    name: str = Field(description="the flag")
+    value: FlagValue = Field(description="its value")
+    result: Changed = Field(description="whether the value changed")
+    version: int = Field(description="the flag's version after the change")
+
+
+# --- tokens and audit ---
+
+class TokenView(ResponseModel):
+    name: str = Field(description="the token's name (the audit log's actor)")
+    role: str = Field(description="viewer | operator | admin | agent")
+    created_at: str = Field(description="time of creation")
+    created_by: str = Field(description="token name that created it")
+    revoked_at: str | None = Field(description="time of revocation; None while active")
+
+
+class TokenCreated(TokenView):
+    token: str = Field(repr=False, description="the secret; shown only in this response")
+
+
+class TokenRevoked(ResponseModel):
+    name: str = Field(description="the token")
+    result: Literal["revoked", "unchanged"] = Field(description="revoked now, or it already was")
+    overridden: list[str] = Field(description="guards `force` overrode: last_admin, own_token")
+
+
+class AuditEventView(ResponseModel):
+    id: int = Field(description="sequence number, increasing")
+    at: str = Field(description="time of the call")
+    actor: str = Field(description="token name")
+    action: str = Field(description="the route's name, e.g. deployment.set")
+    target: str = Field(description="what it acted on")
+    reason: str | None = Field(description="the caller's why")
+    payload_digest: str = Field(description="sha256 of the body's canonical JSON")
+    result: str = Field(description="ok | noop | refused | error")
+    code: str | None = Field(description="error or override code")
+    status: int = Field(description="HTTP status of the answer")
+    detail: dict[str, Any] | None = Field(description="what a guard explicitly let through")
+
+
+__all__ = [
+    "AuditEventView", "ClassApplied", "ClassHistoryEntry", "ClassRevisionView", "ClassSummary", "ControllerInfo",
+    "CorrectnessDifferenceView", "DeploymentDeleted", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
+    "EngineChange", "EngineView", "FieldDifference", "FlagSetResult", "FlagValue", "FlagView", "FleetStatus",
+    "GatewayView", "Health", "HeartbeatResponse", "NodeCapacity", "NodeChange", "NodeDetail", "NodeView",
+    "RegisterResponse", "ResponseModel", "RevisionTraffic", "RoutingEngine", "RoutingModel", "RoutingTable",
+    "SpecChange", "TokenCreated", "TokenRevoked", "TokenView", "TrafficPolicyView", "TrafficSetResult",
+    "TrafficView",
+]
