@@ -26,7 +26,9 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
 
 
 def _fleet(db_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    # Nodes registered by a test send no heartbeats: a generous down-after keeps them up for the whole test,
+    # however slowly the machine runs the CLI processes between registration and reconcile.
     settings = ControllerSettings(db_url=db_url, state_dir=tmp_path / "state", port=0,
-                                  heartbeat_interval_s=0.2, reconcile_interval_s=0.1)
+                                  heartbeat_interval_s=0.2, down_after_s=60, reconcile_interval_s=0.1)
     with ServerThread(settings) as server:
         yield Fleet(server, role_tokens(server.runtime.store))

@@ -60,7 +60,11 @@ def declare(routes: Iterable[Any]) -> None:
     for route in routes:
         if not isinstance(route, APIRoute):
             continue
+        json_route = getattr(route.response_class, "media_type", "application/json") == "application/json"
         for status in error_statuses(route):
             declared = route.responses.setdefault(status, {})
-            declared.setdefault("model", ErrorBody)
             declared.setdefault("description", MEANINGS[status])
+            if json_route:
+                declared.setdefault("model", ErrorBody)
+            else:  # FastAPI would give a model the route's own media type (text for /metrics): errors are JSON
+                declared.setdefault("content", {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}})

@@ -31,7 +31,8 @@ def register(body: RegisterRequest, change: Change = Depends(mutation(AGENT))) -
 
 
 @router.post("/heartbeat", name="agent.heartbeat", response_model=HeartbeatResponse,
-             dependencies=[Depends(require(AGENT))])
+             dependencies=[Depends(require(AGENT))],
+             responses={404: {"description": "the node is not registered (`node_not_registered`): register again"}})
 async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
     """Reads and writes only this node's rows; not audited (it reports, it does not change the fleet).
     Answered from memory and stored in the next batch when the node is known to be up (heartbeats.py)."""
