@@ -179,9 +179,9 @@ def start_controller(state_dir: Path, db_url: str | None, interval_s: float = IN
 def prepare_fleet(ctl: Controller, nodes: int) -> tuple[str, str]:
     """Tokens for the agents and for `status`; one class and a deployment with one engine per node."""
     with ControllerClient(ctl.url, BOOTSTRAP, timeout=30) as admin:
-        agent = admin.create_token("bench-agent", "agent")["token"]
-        viewer = admin.create_token("bench-viewer", "viewer")["token"]
-        ref = admin.apply_class("chat", SPEC)["ref"]
+        agent = admin.create_token("bench-agent", "agent").token
+        viewer = admin.create_token("bench-viewer", "viewer").token
+        ref = admin.apply_class("chat", SPEC).ref
         admin.set_deployment("chat", ref, replicas=nodes)
     return agent, viewer
 

@@ -8,7 +8,8 @@ Invariants:
   `contract.py`, never `models`, `db` or `runtime`, so a client imports it without SQLAlchemy.
 - A model's fields are the keys its view function builds (views.py, nodes.py, classes.py, ...), in the
   same order, so declaring the model leaves the JSON body as it is. Times are ISO 8601 strings, as sent.
-- Models ignore unknown fields, so a client keeps working against a newer controller that adds some.
+- Models ignore unknown fields, so a client keeps working against a newer controller that adds some; fields
+  added later (`version`, `overridden`) have defaults, so it also reads an older controller's replies.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ class DeploymentView(ResponseModel):
     placement: dict[str, str] = Field(description="node labels that must all match")
     updated_at: str = Field(description="time of the last change")
     updated_by: str = Field(description="token name of the last change")
-    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+    version: int | None = Field(default=None, description="optimistic-concurrency version (ETag / If-Match); "
+                                "None from a controller older than versions")
 
 
 class DeploymentSetResult(DeploymentView):
@@ -174,7 +176,8 @@ class TrafficPolicyView(ResponseModel):
     weights: dict[str, float] = Field(description="class revision -> relative weight")
     updated_at: str = Field(description="time of the last change")
     updated_by: str = Field(description="token name of the last change")
-    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+    version: int | None = Field(default=None, description="optimistic-concurrency version (ETag / If-Match); "
+                                "None from a controller older than versions")
 
 
 class RevisionTraffic(ResponseModel):
@@ -191,7 +194,7 @@ class TrafficView(ResponseModel):
     weights: dict[str, float] = Field(description="class revision -> relative weight")
     updated_at: str | None = Field(description="time of the policy's last change; None without a policy")
     updated_by: str | None = Field(description="token name of that change")
-    version: int | None = Field(description="the policy's version; None without a policy")
+    version: int | None = Field(default=None, description="the policy's version; None without a policy")
     revisions: list[RevisionTraffic] = Field(description="each revision weighted or deployed")
 
 
@@ -210,7 +213,7 @@ class TrafficSetResult(ResponseModel):
     model: str = Field(description="the model")
     weights: dict[str, float] = Field(description="the weights asked for")
     result: Changed = Field(description="whether they differ from the stored ones")
-    version: int = Field(description="the stored policy's version after the change")
+    version: int | None = Field(default=None, description="the stored policy's version after the change")
     generation: int = Field(description="the routing-table generation that includes the change")
     correctness_change_allowed: bool = Field(description="stored over differing correctness fields, as allowed")
     correctness_differences: list[CorrectnessDifferenceView] = Field(description="the differences allowed")
@@ -220,14 +223,15 @@ class FlagView(ResponseModel):
     value: FlagValue = Field(description="the flag's value")
     updated_at: str = Field(description="time of the last change")
     updated_by: str = Field(description="token name of the last change")
-    version: int = Field(description="optimistic-concurrency version (ETag / If-Match)")
+    version: int | None = Field(default=None, description="optimistic-concurrency version (ETag / If-Match); "
+                                "None from a controller older than versions")
 
 
 class FlagSetResult(ResponseModel):
     name: str = Field(description="the flag")
     value: FlagValue = Field(description="its value")
     result: Changed = Field(description="whether the value changed")
-    version: int = Field(description="the flag's version after the change")
+    version: int | None = Field(default=None, description="the flag's version after the change")
 
 
 # --- tokens and audit ---
@@ -247,7 +251,7 @@ class TokenCreated(TokenView):
 class TokenRevoked(ResponseModel):
     name: str = Field(description="the token")
     result: Literal["revoked", "unchanged"] = Field(description="revoked now, or it already was")
-    overridden: list[str] = Field(description="guards `force` overrode: last_admin, own_token")
+    overridden: list[str] = Field(default_factory=list, description="guards `force` overrode: last_admin, own_token")
 
 
 class AuditEventView(ResponseModel):
