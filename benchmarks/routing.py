@@ -429,7 +429,7 @@ def added_latency(procs: Procs, args: argparse.Namespace, blocks: BlockText, num
         for peer in ("sglang", "vllm"):  # the same measurement through each peer, for scale (text prompt)
             try:
                 router = start_peer_router(procs, peer, engines)
-            except (RuntimeError, TimeoutError) as exc:
+            except (RuntimeError, TimeoutError, OSError) as exc:  # OSError: the peer router is not installed
                 out[f"{peer}_text"] = {"error": str(exc)[:300]}
                 continue
             try:
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 try:
                     summary = run_policy(policy, procs, engines, workload, model, gateway_flags, args.explain)
-                except (RuntimeError, TimeoutError) as exc:
+                except (RuntimeError, TimeoutError, OSError) as exc:  # OSError: the peer router is not installed
                     if policy not in ("sglang", "vllm"):
                         raise
                     peer_failures[policy] = str(exc)[:2000]
