@@ -92,8 +92,11 @@ def test_up_detach_then_down_stops_everything(state_dir):
 
 
 def test_up_in_the_foreground_stops_everything_on_ctrl_c(state_dir):
+    # Ctrl-C as from a terminal: a runner started in the background (`cmd &`) hands its children SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt; restore the default for the fleet under test.
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", *up_args(state_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_until(lambda: (state_dir / "fleet.json").exists() and json.loads((state_dir / "fleet.json").read_text())["engines"],
                    240, "the fleet to be up")

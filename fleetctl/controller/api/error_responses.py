@@ -29,6 +29,8 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+ERROR_BODY_REF = "#/components/schemas/ErrorBody"
+
 MEANINGS = {
     401: "token missing, unknown or revoked",
     403: "the token's role is not enough for this call",
@@ -61,10 +63,12 @@ def declare(routes: Iterable[Any]) -> None:
         if not isinstance(route, APIRoute):
             continue
         json_route = getattr(route.response_class, "media_type", "application/json") == "application/json"
-        for status in error_statuses(route):
+        own = {status for status in route.responses if str(status).isdigit() and int(status) >= 400}
+        for status in sorted(set(error_statuses(route)) | own, key=int):
             declared = route.responses.setdefault(status, {})
-            declared.setdefault("description", MEANINGS[status])
+            declared.setdefault("description", MEANINGS.get(int(status), "an error"))
+            # Explicit JSON content: FastAPI gives a model the route's own media type (text for /metrics), and
+            # ignores a model added to a status the decorator already declared without one.
+            declared.setdefault("content", {"application/json": {"schema": {"$ref": ERROR_BODY_REF}}})
             if json_route:
-                declared.setdefault("model", ErrorBody)
-            else:  # FastAPI would give a model the route's own media type (text for /metrics): errors are JSON
-                declared.setdefault("content", {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}})
+                declared.setdefault("model", ErrorBody)  # also registers ErrorBody among the components
