@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -96,7 +95,6 @@ class HeartbeatBuffer:
         self._written: dict[str, tuple[str, datetime]] = {}
         self._pending: dict[str, tuple[HeartbeatRequest, datetime]] = {}
         self._nodes: dict[str, CachedNode] = {}
-        self.dropped: Counter[str] = Counter()  # beats the store refused, by reason (a metric)
         self._lock = threading.Lock()  # guards _pending and _nodes (accept runs on the event loop)
         self._flush_lock = threading.Lock()  # one flush at a time
 
@@ -132,7 +130,7 @@ class HeartbeatBuffer:
 
         If the batch fails for a reason other than the database being unreachable or busy (a value the store
         refuses), the beats are written one by one instead and the ones that still fail are dropped, each
-        with a log line naming its node, an audit event and a count by reason (`dropped`): one bad beat
+        with a log line naming its node, an audit event and a count by reason (`on_dropped`): one bad beat
         must never keep the others, or any other call, from the store. An unreachable database keeps every
         beat queued for the next flush."""
         with self._flush_lock:
@@ -214,8 +212,6 @@ class HeartbeatBuffer:
 
     def _drop(self, req: HeartbeatRequest, exc: Exception) -> None:
         reason = drop_reason(exc)
-        with self._lock:
-            self.dropped[reason] += 1
         self.on_dropped(reason)
         log.error("dropped the heartbeat of node %r: the store refused it (%s: %s)", req.node, reason,
                   " ".join(str(exc).split())[:300])

@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from agent.ports import free_port
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema
 
 TOKEN = "bad-beat-test-bootstrap-token-0123456789"
 REPO = Path(__file__).resolve().parents[2]
@@ -23,20 +22,15 @@ EVIL_ENGINE = {"name": "e0", "model": "m", "class_ref": "m@r1", "role": "mixed",
                "pid": 100000000000000000000000, "port": 1, "url": None, "kv_events_endpoint": None, "restarts": 0}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield from _serve(tmp_path, None)
-        return
-    if not os.environ.get(PG_URL_ENV):
-        pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
-    with pg_test_schema(os.environ[PG_URL_ENV]) as url:
-        yield from _serve(tmp_path, url)
+@pytest.fixture
+def controller(db_url: str, tmp_path: Path) -> Iterator[str]:
+    """`fleetctl controller serve` on `db_url` (conftest: SQLite and PostgreSQL)."""
+    yield from _serve(tmp_path, db_url)
 
 
-def _serve(tmp_path: Path, db_url: str | None) -> Iterator[str]:
+def _serve(tmp_path: Path, db_url: str) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "FLEET_BOOTSTRAP_TOKEN": TOKEN, **({"FLEET_DB_URL": db_url} if db_url else {})}
+    env = {**os.environ, "FLEET_BOOTSTRAP_TOKEN": TOKEN, "FLEET_DB_URL": db_url}
     argv = [sys.executable, "-m", "fleetctl.cli.main", "controller", "serve", "--state-dir", str(tmp_path / "state"),
             "--port", str(port), "--log-level", "warning"]
     with open(tmp_path / "controller.log", "wb") as log:

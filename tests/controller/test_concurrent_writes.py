@@ -5,7 +5,6 @@ stored afterwards is what one of the acknowledged writes wrote. Against a real c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,25 +15,16 @@ import pytest
 
 from fleetctl.controller.server import ServerThread
 from fleetctl.controller.settings import ControllerSettings
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema, role_tokens
+from fleetctl.controller.testing import role_tokens
 
 ROUNDS = 5
 ANSWERS = {200, 201, 404, 409}
 SPEC = {"model": "smollm2-135m", "weights": "smollm2"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def controller(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    if request.param == "sqlite":
-        yield from _controller(f"sqlite:///{tmp_path / 'fleet.db'}", tmp_path)
-        return
-    if not os.environ.get(PG_URL_ENV):
-        pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
-    with pg_test_schema(os.environ[PG_URL_ENV]) as url:
-        yield from _controller(url, tmp_path)
-
-
-def _controller(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+@pytest.fixture
+def controller(db_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A controller on `db_url` (conftest: SQLite and PostgreSQL) served by uvicorn in a thread."""
     settings = ControllerSettings(db_url=db_url, state_dir=tmp_path / "state", port=0, reconcile_interval_s=0.2)
     with ServerThread(settings) as server:
         yield server.url, role_tokens(server.runtime.store)
