@@ -8,11 +8,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
+import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -55,3 +58,19 @@ def pg_test_schema(base_url: str) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Wait until the controller process at `url` answers /healthz; fail at once if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stderr.read() if process.stderr else ""
+            raise AssertionError(f"controller exited with {process.returncode}: {output}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"controller at {url} did not become healthy in {timeout_s:.0f} s")

@@ -9,16 +9,14 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.controller.server import free_port
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema
+from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,19 +41,6 @@ def db_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
     with pg_test_schema(os.environ[PG_URL_ENV]) as url:
         yield {"FLEET_DB_URL": url}
-
-
-def wait_healthy(url: str, process: subprocess.Popen[str]) -> None:
-    for _ in range(600):
-        if process.poll() is not None:
-            pytest.fail(f"controller exited: {process.stderr.read() if process.stderr else ''}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    pytest.fail("controller did not become healthy")
 
 
 def test_serve_bootstrap_token_and_local_cli(tmp_path: Path, db_env: dict[str, str]) -> None:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agent.ports import free_port
+from fleetctl.controller.testing import wait_healthy
 
 TOKEN = "bad-beat-test-bootstrap-token-0123456789"
 REPO = Path(__file__).resolve().parents[2]
@@ -37,24 +38,11 @@ def _serve(tmp_path: Path, db_url: str) -> Iterator[str]:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, proc)
+        wait_healthy(url, proc)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen) -> None:
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise AssertionError(f"controller exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("controller did not become ready")
 
 
 def test_an_out_of_range_pid_is_refused_and_the_api_keeps_answering(controller: str) -> None:
