@@ -13,3 +13,6 @@ class ExitCode(IntEnum):
     AUTH = 4  # token missing, unknown or revoked (401), or its role is not enough (403)
     REFUSED = 5  # conflict or refused by the current state (409, other 4xx)
     UNAVAILABLE = 6  # controller unreachable, timed out, or its database is down (503)
+    DIFFERS = 7  # `class diff`: a correctness-relevant field differs (outputs may change); also live drift found
+    ROLLOUT_ABORTED = 8  # `rollout watch` / `rollout status --wait`: the rollout ended aborted (traffic back on A)
+    ROLLOUT_PAUSED = 9  # `rollout watch --exit-on-pause`: the rollout paused and waits for an operator
