@@ -72,7 +72,8 @@ def render(view: RolloutView, now: datetime | None = None, width: int = 80, *,
     if height is not None and len(lines) > height:
         lines = _screen(view, now, width, problem, gaps=False, max_steps=MAX_STEPS)
     if height is not None and len(lines) > height:
-        lines = _screen(view, now, width, problem, gaps=False, max_steps=max(3, min(len(view.steps), MAX_STEPS) - (len(lines) - height)))
+        fewer = min(len(view.steps), MAX_STEPS) - (len(lines) - height)
+        lines = _screen(view, now, width, problem, gaps=False, max_steps=max(3, fewer))
     return Group(*(_fit(line, width) for line in lines))
 
 
@@ -286,7 +287,8 @@ def _gate_line(gate: GateView, result: Text, column: int, counters: Text, wide: 
     icon, colour = OUTCOMES.get(gate.phase, ("?", "yellow"))
     line = Text.assemble(("  " + icon + " ", colour), (measure_label(gate.measure).ljust(12), "bold"), " ")
     if wide:
-        line.append(f"{KINDS.get(gate.analysis, gate.analysis)} {gate.template}/{gate.metric}".ljust(28)[:28] + " ", style="dim")
+        where = f"{KINDS.get(gate.analysis, gate.analysis)} {gate.template}/{gate.metric}"
+        line.append(where.ljust(28)[:28] + " ", style="dim")
     result = result.copy()
     result.truncate(column, overflow="ellipsis", pad=True)
     line.append_text(result)

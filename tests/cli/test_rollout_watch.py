@@ -26,8 +26,8 @@ SPEC: dict[str, Any] = {
               {"setWeight": 50}, {"setWeight": 100}],
     "analysis": {"templates": ["errors"], "startingStep": 1},
     "templates": {
-        "latency": {"metrics": [{"name": "ttft", "measure": "ttft_p90_s", "successCondition": "result <= 1.2 * baseline",
-                                 "interval": "10s", "count": 3}]},
+        "latency": {"metrics": [{"name": "ttft", "measure": "ttft_p90_s",
+                                 "successCondition": "result <= 1.2 * baseline", "interval": "10s", "count": 3}]},
         "errors": {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result < 0.01",
                                 "interval": "30s"}]},
         "slo": {"metrics": [{"name": "itl", "measure": "itl_p99_s", "failureCondition": "result > 0.5"}]},
