@@ -79,6 +79,7 @@ def test_requests_are_counted_under_the_revision_that_served_them(fleet: tuple[P
     assert gateway.post("/v1/completions", BODY, headers={PIN_HEADER: "tiny@r3"}).status_code >= 500
 
     metrics = gateway.metrics()
+
     def value(name: str, ref: str) -> float:
         return metric_value(metrics, name, class_ref=ref)
 
