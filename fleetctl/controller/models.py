@@ -3,7 +3,7 @@ tests/controller/test_migrations.py compares the two.
 
 Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
 assignments. Observed state: nodes (registration, heartbeat), engines (what agents report) and gateways
-(which routing table each applied). Bookkeeping: api_tokens, audit_events (append-only), routing_state
+(which routing table each applied, and what each served per class revision). Bookkeeping: api_tokens, audit_events (append-only), routing_state
 (the routing table's generation counter).
 """
 
@@ -168,6 +168,8 @@ class Gateway(Base):
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
     reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
+    # class_ref -> cumulative counters (contract.ServedCountersModel) from its latest report; None: it never sent any
+    served: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class FeatureFlag(Versioned, Base):
