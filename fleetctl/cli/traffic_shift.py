@@ -62,9 +62,11 @@ def weights_at(weights: Mapping[str, float], to: str, share: float) -> dict[str,
 
 
 def format_shares(weights: Mapping[str, float], to: str) -> str:
-    """'chat@r2 30%, chat@r1 70%': B first, then the others with traffic."""
-    shown = [(to, weights.get(to, 0.0))] + [(ref, w) for ref, w in weights.items() if ref != to and w > 0]
-    return ", ".join(f"{ref} {w:g}%" for ref, w in shown)
+    """'chat@r2 30%, chat@r1 70%': each revision's share of the traffic, B first, then the others with some."""
+    total = sum(w for w in weights.values() if w > 0)
+    share = {ref: round(100.0 * w / total, 2) if total > 0 and w > 0 else 0.0 for ref, w in weights.items()}
+    shown = [(to, share.get(to, 0.0))] + [(ref, s) for ref, s in share.items() if ref != to and s > 0]
+    return ", ".join(f"{ref} {s:g}%" for ref, s in shown)
 
 
 # --- running the steps ---
@@ -145,15 +147,16 @@ def interrupted_line(model: str, to: str, position: Position, stored: Mapping[st
 def _in_flight_line(model: str, to: str, position: Position, stored: Mapping[str, float] | None) -> str:
     k, total = position.current, len(position.steps)
     before = position.step(k - 1).weights if k > 1 else position.start
-    where_before = f"step {k - 1}/{total}" if k > 1 else "where it was before the shift"
     if stored is None:
-        return (f"interrupted while storing step {k}/{total}: traffic for {model} is at {where_before} or at step "
+        where_before = f"at step {k - 1}/{total}" if k > 1 else "as before the shift"
+        return (f"interrupted while storing step {k}/{total}: traffic for {model} is {where_before} or at step "
                 f"{k}; the controller could not be read back (check with `fleetctl traffic get {model}`)")
     if same_weights(stored, position.step(k).weights):
         return (f"interrupted: traffic for {model} left at step {k}/{total} "
                 f"({format_shares(stored, to)}): stored as the interrupt came, not waited for")
     if same_weights(stored, before):
-        return f"interrupted: traffic for {model} left at {where_before} ({format_shares(stored, to)})"
+        left = f"left at step {k - 1}/{total}" if k > 1 else "unchanged"
+        return f"interrupted: traffic for {model} {left} ({format_shares(stored, to)})"
     return f"interrupted: traffic for {model} is at {format_shares(stored, to)} (changed by someone else meanwhile)"
 
 
