@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.contract import EngineAssignment
+from engine.contract import EngineAssignment, reference_engine_version
 from engine.vllm import render_flags, render_vllm_command
 
 LOOPBACK = "127.0.0.1"
@@ -106,6 +106,7 @@ def reference_launch(
 ) -> EngineLaunch:
     """`python -m engine.reference ...` (engine/reference/cli_args.py: one flag per EngineConfig field)."""
     spec = assignment.spec
+    _check_engine_version(spec)
     argv = [python, "-m", "engine.reference", "--model", str(spec["weights"]),
             "--served-model-name", assignment.model, "--role", assignment.role, "--port", str(ports.http)]
     if host != LOOPBACK:
@@ -118,6 +119,14 @@ def reference_launch(
              "--engine-id", assignment.name, "--hash-seed", hash_seed]
     argv += render_flags(spec.get("engine_args") or {}, reserved=REFERENCE_FLAGS)
     return EngineLaunch(argv=argv)
+
+
+def _check_engine_version(spec: Mapping[str, Any]) -> None:
+    # A pinned version is a correctness field: another build of the engine may give other tokens. vLLM's
+    # version is not known before it runs; its engines are compared with their class once they report.
+    declared = spec.get("engine_version")
+    if declared is not None and declared != (running := reference_engine_version()):
+        raise LaunchError(f"engine_version {declared!r}: this node's reference engine is {running!r}")
 
 
 def _reference_sizes(spec: Mapping[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ No module here imports torch, or anything of `agent` or `fleetctl`; every proces
 - `assignment`: `EngineAssignment`, one engine the controller wants on a node (the heartbeat reply).
 - `observed`: `EngineObserved` and `EngineMetrics`, one engine as it runs (the heartbeat).
 - `reference_models`: the reference engine's model names and its on-disk cache location.
+- `engine_version`: the reference engine's own version (its package's), which a replica class may pin.
 - `prometheus`: the one reader of Prometheus' text exposition (a line scan).
 - `sampling_params`, `outputs`: what a request asks of an engine's sampler and what it streams back (plain
   data: the OpenAI protocol maps requests onto them; the reference engine runs on them).
@@ -14,6 +15,7 @@ No module here imports torch, or anything of `agent` or `fleetctl`; every proces
 
 from engine.contract.assignment import EngineAssignment
 from engine.contract.engine_state import ENGINE_STATES, FINISHED_STATES, ROLES, RUNNING_STATES, EngineState, Role
+from engine.contract.engine_version import reference_engine_version
 from engine.contract.observed import EngineMetrics, EngineObserved
 from engine.contract.prometheus import Sample, parse_labels, parse_samples, sample_lines, sum_series
 from engine.contract.reference_models import REFERENCE_MODELS, default_cache_dir, smollm2_cache_dir
@@ -21,5 +23,5 @@ from engine.contract.reference_models import REFERENCE_MODELS, default_cache_dir
 __all__ = [
     "ENGINE_STATES", "FINISHED_STATES", "REFERENCE_MODELS", "ROLES", "RUNNING_STATES",
     "EngineAssignment", "EngineMetrics", "EngineObserved", "EngineState", "Role", "Sample",
-    "default_cache_dir", "parse_labels", "parse_samples", "sample_lines", "smollm2_cache_dir", "sum_series",
+    "default_cache_dir", "parse_labels", "reference_engine_version", "parse_samples", "sample_lines", "smollm2_cache_dir", "sum_series",
 ]

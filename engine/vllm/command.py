@@ -28,6 +28,7 @@ the control plane. Each field maps to one flag or environment variable (docs/age
 | engine_args                 | `--key value`; `--key` for True; `--no-key` for False                 |
 | sampler                     | "exact" renders nothing; "approximate_topk" is a reference-engine feature: an error |
 | kv_cache_mib, backend, model | not rendered (reference engine only / chosen by the caller)          |
+| engine_version              | not rendered: which vLLM runs is the node's; compared once it reports |
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class ClassSummary(ResponseModel):
 
 
 class SpecChange(ResponseModel):
-    field: str = Field(description="the spec field")
+    field: str = Field(description="the spec field; engine_args.FLAG for one engine flag")
     tag: str = Field(description="correctness | performance")
     old: Any = Field(description="its value in the revision before")
     new: Any = Field(description="its value in this revision")
@@ -185,7 +185,8 @@ class RevisionTraffic(ResponseModel):
     weight: float = Field(description="its weight (0 when deployed but not weighted)")
     share: float = Field(description="its share of the positive weights, to 4 places")
     ready_engines: int = Field(description="ready, undrained engines on up nodes")
-    correctness: dict[str, Any] = Field(description="its correctness-tagged spec fields")
+    correctness: dict[str, Any] = Field(
+        description="its correctness-tagged spec fields (engine_args: only its correctness-relevant flags)")
 
 
 class TrafficView(ResponseModel):

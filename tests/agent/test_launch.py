@@ -64,3 +64,13 @@ def test_vllm_render_errors_become_launch_errors():
         model="qwen", backend="vllm", weights="Qwen/Qwen3-0.6B", sampler="approximate_topk").model_dump(mode="json"))
     with pytest.raises(LaunchError, match="q@r1"):
         render_launch(a, PORTS, hash_seed="0")
+
+
+def test_a_pinned_engine_version_runs_only_on_that_reference_engine():
+    from engine.contract import reference_engine_version
+
+    running = reference_engine_version()
+    argv = render_launch(assignment(engine_version=running), PORTS, hash_seed="0").argv
+    assert "--engine-version" not in argv and running not in argv  # a class field, never a flag
+    with pytest.raises(LaunchError, match=f"engine_version '9.9.9': this node's reference engine is '{running}'"):
+        render_launch(assignment(engine_version="9.9.9"), PORTS, hash_seed="0")
