@@ -1,4 +1,5 @@
-"""`fleetctl class apply|get|list|history`: replica classes from YAML files."""
+"""`fleetctl class apply|get|list|history|diff`: replica classes from YAML files; `diff --live` (class_live.py)
+compares running engines with their class revision."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from fleetctl.cli import class_live
 from fleetctl.cli.context import ReasonOption, client
 from fleetctl.cli.output import Column, DetailOutputOption, Format, OutputOption, col, emit, status
 from fleetctl.errors import ValidationFailed
@@ -15,7 +17,7 @@ from fleetctl.errors import ValidationFailed
 CORRECTNESS = "correctness"  # replica_class.CORRECTNESS (not imported: building its models costs every CLI start ~70 ms)
 
 NAME = "class"
-app = typer.Typer(no_args_is_help=True, help="Replica classes: apply, get, list, history.")
+app = typer.Typer(no_args_is_help=True, help="Replica classes: apply, get, list, history, diff.")
 
 REVISION_COLUMNS = [col("CLASS", "ref"), col("RESULT", "result"), Column("DIGEST", lambda r: r["digest"][:12])]
 LIST_COLUMNS = [col("CLASS", "name"), col("LATEST", "latest"), col("REVISIONS", "revisions"), col("MODEL", "model"),
@@ -74,6 +76,18 @@ def history(ctx: typer.Context, name: Annotated[str, typer.Argument(help="class 
         for before, after in zip(revisions, revisions[1:]):
             typer.echo(f"\n{before.ref} -> {after.ref}")
             typer.echo(format_changes([change.model_dump() for change in after.changes]))
+
+
+@app.command()
+def diff(ctx: typer.Context,
+         target: Annotated[str, typer.Argument(help="with --live: the MODEL whose running engines to compare")],
+         live: Annotated[bool, typer.Option("--live", help="compare each running engine of MODEL with its class "
+                                            "revision: what it was launched with and what it reports")] = False,
+         output: OutputOption = Format.table) -> None:
+    """With --live: every difference between what MODEL's engines run and their class revisions; exit 7 if any."""
+    if not live:
+        raise ValidationFailed("class diff: pass --live MODEL to compare running engines with their class", field="live")
+    class_live.live_diff(ctx, target, output)
 
 
 def format_changes(changes: list[dict[str, Any]]) -> str:

@@ -23,6 +23,7 @@ from fleetctl.cli.main import app
 
 READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
+    "class diff",
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines",
 }
 DESTRUCTIVE = {
