@@ -13,6 +13,10 @@ Desired state is the controller's last assignment (`set_desired`) with the opera
 top. Before the first assignment arrives (agent just started, controller unreachable) the desired state is
 "what already runs", so re-adopted engines are kept and crash-restarted but nothing is started or stopped.
 
+Each engine's report also says what its process runs: the command line and environment it was launched
+with, and once it is ready, the engine's own account of its settings (agent.engine_config), for the
+controller's drift check.
+
 A crashed engine is restarted after a full-jitter backoff that grows with consecutive crashes (reset once an
 engine has stayed ready for `stable_after_s`); `restarts` and `last_exit` say so in its observed state.
 
