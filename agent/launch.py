@@ -19,16 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.contract import EngineAssignment, reference_engine_version
+from engine.contract.launch_flags import REFERENCE_FLAGS
 from engine.vllm import render_flags, render_vllm_command
 
 LOOPBACK = "127.0.0.1"
-# Flags rendered from the class for the reference engine; engine_args may not repeat them.
-REFERENCE_FLAGS = frozenset({
-    "model", "served-model-name", "role", "host", "port", "kv-cache-mib", "block-size", "max-model-len",
-    "max-num-seqs", "max-num-batched-tokens", "dtype", "kv-cache-dtype", "rope-scaling", "sampler",
-    "enable-prefix-caching", "enable-chunked-prefill", "kv-events-endpoint", "kv-events-replay-endpoint",
-    "engine-id", "hash-seed",
-})
+# REFERENCE_FLAGS: flags rendered from the class for the reference engine; engine_args may not repeat them.
 REFERENCE_KV_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -2,6 +2,8 @@
 
 `class diff A B` compares two specs, each a stored revision (NAME@rN) or a file, field by field
 (fleetctl/class_diff.py decides; this module fetches, prints and exits 0 or ExitCode.DIFFERS).
+`class diff --live MODEL` compares what MODEL's running engines run with their class revisions
+(class_live.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import yaml
 
+from fleetctl.cli import class_live
 from fleetctl.cli.context import ReasonOption, client
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.output import Column, DetailOutputOption, Format, OutputOption, col, emit, status
@@ -25,8 +28,6 @@ CORRECTNESS = "correctness"  # replica_class.CORRECTNESS (not imported: building
 
 NAME = "class"
 app = typer.Typer(no_args_is_help=True, help="Replica classes: apply, get, list, history, diff.")
-SideArg = Annotated[str, typer.Argument(help="a class revision NAME@rN, or a class file (as for `class apply -f`)",
-                                        show_default=False)]
 
 REVISION_COLUMNS = [col("CLASS", "ref"), col("RESULT", "result"), Column("DIGEST", lambda r: r["digest"][:12])]
 LIST_COLUMNS = [col("CLASS", "name"), col("LATEST", "latest"), col("REVISIONS", "revisions"), col("MODEL", "model"),
@@ -107,9 +108,26 @@ def _change_summary(changes: list[dict[str, Any]]) -> str:
 # --- class diff ---
 
 @app.command("diff")
-def diff_classes(ctx: typer.Context, a: SideArg, b: SideArg, output: OutputOption = Format.table) -> None:
-    """What differs from A to B, correctness-relevant fields first, and whether outputs may change.
-    Exit 0 when no correctness-relevant field differs, 7 when one does."""
+def diff_classes(
+    ctx: typer.Context,
+    a: Annotated[str, typer.Argument(help="a class revision NAME@rN or a class file; with --live: the MODEL",
+                                     show_default=False)],
+    b: Annotated[str | None, typer.Argument(help="a class revision NAME@rN or a class file (not with --live)",
+                                            show_default=False)] = None,
+    live: Annotated[bool, typer.Option("--live", help="compare each running engine of MODEL with its class "
+                                       "revision: what it was launched with and what it reports")] = False,
+    output: OutputOption = Format.table,
+) -> None:
+    """What differs from A to B, correctness-relevant fields first, and whether outputs may change; or, with
+    --live MODEL, every running engine that differs from its class revision. Exit 0 when no
+    correctness-relevant field differs (no engine drifted), 7 when one does."""
+    if live:
+        if b is not None:
+            raise ValidationFailed("class diff --live takes one MODEL, not two classes", field="live")
+        class_live.live_diff(ctx, a, output)
+        return
+    if b is None:
+        raise ValidationFailed("class diff: give two classes A B (revisions or files), or --live MODEL", field="b")
     result = diff_pair(ctx, a, b)
     show_diff(result, output)
     raise typer.Exit(int(diff_exit_code(result)))

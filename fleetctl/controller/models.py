@@ -104,6 +104,8 @@ class Engine(Base):
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     last_exit: Mapped[str | None] = mapped_column(Text)
     metrics: Mapped[dict[str, Any]]
+    launched: Mapped[dict[str, Any] | None]  # LaunchedCommand: argv and env the agent launched it with
+    reported: Mapped[dict[str, Any] | None]  # ReportedConfig: the engine's own account of its settings
     updated_at: Mapped[datetime]
 
 
