@@ -12,7 +12,7 @@ Start refuses, before anything is written:
   `active_model` column makes this hold between two controllers racing to start one.
 
 The stored spec is the spec as written (aliases), with `from` resolved to A. Commands (pause, resume,
-promote, abort, retry) are the machine's pure functions (rollout.machine) applied to the stored state and
+promote, abort, retry) are the machine's pure functions (rollout.commands) applied to the stored state and
 written back under the row's version (a concurrent reconcile or command makes the write a 409
 `concurrent_change`; `with_retries` re-reads and tries again). Events go to rollout_events; the API audits
 the call itself.
@@ -35,7 +35,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from fleetctl.controller import rollout_observations
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import ClassRevision, Rollout, RolloutEvent
-from fleetctl.controller.rollout import machine
+from fleetctl.controller.rollout import commands
 from fleetctl.controller.rollout.analysis import quality_unavailable
 from fleetctl.controller.rollout.spec import RolloutSpec
 from fleetctl.controller.rollout.state import TERMINAL, RolloutState
@@ -137,8 +137,7 @@ def check_correctness(spec: RolloutSpec, changes: list[dict[str, Any]], a: str, 
 def check_quality(spec: RolloutSpec, session: Session, model: str, refs: list[str], now: datetime) -> None:
     why = quality_unavailable(spec, rollout_observations.observe(session, model, refs, now, acknowledged=True))
     if why:
-        raise Conflict(f"quality: not measured ({why}); this spec's analysis requires the quality gate, so the "
-                       "rollout cannot start", code="quality_gate_unavailable", field="spec.templates")
+        raise Conflict(why, code="quality_gate_unavailable", field="spec.templates")
 
 
 def active_rollout(session: Session, model: str) -> Rollout | None:
@@ -166,8 +165,8 @@ def start(session: Session, raw_spec: Any, actor: str, now: datetime) -> Started
     changes = correctness_changes(a, b)
     check_correctness(spec, changes, a.ref, b.ref)
     check_quality(spec, session, spec.model, [a.ref, b.ref], now)
-    stored = {**_as_written(raw_spec, spec), "from": a.ref}
-    state = machine.initial_state(now)
+    stored = {**_as_written(spec), "from": a.ref}
+    state = RolloutState(step_started_at=now, updated_at=now, message="started")
     row = Rollout(model=spec.model, from_ref=a.ref, to_ref=b.ref, spec=stored, state=state.to_json(),
                   phase=state.phase, active_model=spec.model, created_at=now, created_by=actor, updated_at=now)
     _insert(session, row, spec.model)
@@ -177,7 +176,7 @@ def start(session: Session, raw_spec: Any, actor: str, now: datetime) -> Started
     return Started(row, changes)
 
 
-def _as_written(raw: Any, spec: RolloutSpec) -> dict[str, Any]:
+def _as_written(spec: RolloutSpec) -> dict[str, Any]:
     """The spec as the operator wrote it (aliases, only the fields given), in its validated form."""
     return spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
@@ -236,14 +235,14 @@ PAST = {"pause": "paused", "resume": "resumed", "promote": "promoted", "abort": 
 
 def command(session: Session, rollout_id: int, verb: str, actor: str, now: datetime, full: bool = False,
             reason: str | None = None, expected_version: int | None = None) -> Rollout:
-    """Apply an operator command to the stored state (machine.CommandRefused: 409 `command_refused`)."""
+    """Apply an operator command to the stored state (a CommandRefused is a 409 with the machine's code)."""
     row = get_rollout(session, rollout_id)
     check_version(row, expected_version, f"rollout {rollout_id}")
-    spec, state = spec_of(row), state_of(row)
+    state = state_of(row)
     try:
-        new = _machine_command(verb, spec, state, now, actor, full, reason)
-    except machine.CommandRefused as exc:
-        raise Conflict(f"rollout {rollout_id}: {exc}", code=getattr(exc, "code", None) or "command_refused") from None
+        new = _machine_command(verb, state, now, actor, full, reason)
+    except commands.CommandRefused as exc:
+        raise Conflict(f"rollout {rollout_id}: {exc.message}", code=exc.code) from None
     if verb == "retry":
         refuse_if_other_active(session, row)
     write_state(session, row, new, now)
@@ -253,18 +252,19 @@ def command(session: Session, rollout_id: int, verb: str, actor: str, now: datet
     return row
 
 
-def _machine_command(verb: str, spec: RolloutSpec, state: RolloutState, now: datetime, actor: str, full: bool,
+def _machine_command(verb: str, state: RolloutState, now: datetime, actor: str, full: bool,
                      reason: str | None) -> RolloutState:
+    """The machine's pure command (rollout.commands); CommandRefused when the state does not allow it."""
     if verb == "pause":
-        return machine.pause(spec, state, now, by=actor)
+        return commands.pause(state, actor, now)
     if verb == "resume":
-        return machine.resume(spec, state, now)
+        return commands.resume(state, now)
     if verb == "promote":
-        return machine.promote(spec, state, now, full=full)
+        return commands.promote(state, now, full=full)
     if verb == "abort":
-        return machine.abort(spec, state, now, reason=reason or f"aborted by {actor}")
+        return commands.abort(state, f"aborted by {actor}" + (f": {reason}" if reason else ""), now)
     if verb == "retry":
-        return machine.retry(spec, state, now)
+        return commands.retry(state, now)
     raise ValidationFailed(f"command: one of {', '.join(COMMANDS)} or {UNDO}, not {verb!r}", field="command")
 
 

@@ -39,7 +39,7 @@ class RolloutCommand(Body):
 
 REFUSALS = {409: {"description": "refused: another rollout of the model is active (`rollout_in_progress`), the quality "
                                  "gate is not measured (`quality_gate_unavailable`), the traffic is split "
-                                 "(`traffic_split`), or the command does not apply (`command_refused`)"}}
+                                 "(`traffic_split`), or the command does not apply to its state (e.g. `not_aborted`)"}}
 
 
 @router.post("", name="rollout.start", response_model=RolloutView, status_code=201, responses=REFUSALS)
