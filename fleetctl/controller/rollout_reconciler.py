@@ -193,16 +193,16 @@ def apply_action(session: Session, item: RolloutItem, action: Action, now: datet
         set_weights(session, item, action, now)
         return []
     if isinstance(action, ScaleUp):
-        changed = scale_up(session, item.model, item.from_ref, action.class_ref, action.replicas, now)
+        kind, changed = "scale_up", scale_up(session, item.model, item.from_ref, action.class_ref, action.replicas, now)
     elif isinstance(action, Drain):
-        changed = drain(session, item.model, action.class_ref, now)
+        kind, changed = "drain", drain(session, item.model, action.class_ref, now)
     else:
         assert isinstance(action, Record)
         record_event(session, item.id, CONTROLLER, action.event, action.message, now)
         _audit(session, item, f"rollout.{action.event}", f"rollouts/{item.id}", action, now)
         return []
     for name in changed:
-        _audit(session, item, f"rollout.{type(action).__name__.lower()}", name, action, now)
+        _audit(session, item, f"rollout.{kind}", name, action, now)
     return changed
 
 
