@@ -202,15 +202,18 @@ def watch(
     target: TargetArg,
     interval: Annotated[float, typer.Option("--interval", min=0.05, help="seconds between refreshes")] = 1.0,
     timeout: Annotated[float | None, typer.Option("--timeout", min=0, help="give up after this many seconds")] = None,
+    exit_on_pause: Annotated[bool, typer.Option("--exit-on-pause", help="exit 9 when the rollout pauses for an "
+                                                "operator (an indefinite pause, an inconclusive analysis)")] = False,
 ) -> None:
-    """Follow a rollout live; exit 0 when it completes, 8 when it aborts."""
+    """Follow a rollout live; exit 0 when it completes, 8 when it aborts (9 with --exit-on-pause when it waits
+    for an operator, 1 on --timeout, 130 on Ctrl-C: the rollout itself goes on)."""
     from fleetctl.cli.rollout_watch import watch as watch_rollout  # the live screen (rich)
     from rich.console import Console
 
     api = client(ctx)
     rollout_id = resolve(api, target).id
     code = watch_rollout(lambda: api.get_rollout(rollout_id), interval_s=interval, timeout_s=timeout,
-                         console=Console(stderr=True))
+                         console=Console(), exit_on_pause=exit_on_pause)
     raise typer.Exit(int(code))
 
 
