@@ -116,7 +116,9 @@ class RolloutReconciler:
 
     def apply(self, session: Session, decision: RolloutDecision, now: datetime) -> Result[RolloutReport]:
         report = apply_rollouts(session, decision, now)
-        return Result(report, changed=bool(report.advanced), requeue_after=requeue_after(decision))
+        # scaled deployments are placement's input: wake it now, not at its next interval
+        return Result(report, changed=bool(report.advanced), requeue_after=requeue_after(decision),
+                      wake=bool(report.deployments))
 
 
 def load_snapshot(session: Session, now: datetime) -> RolloutSnapshot:

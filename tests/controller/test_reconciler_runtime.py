@@ -58,6 +58,7 @@ class Counter:
     interval_s: float
     requeue_after: float | None = None
     fail: bool = False
+    wake_once: bool = False  # the first run asks to wake the others (Result.wake)
 
     def snapshot(self, session: Session, now: datetime) -> int:
         flag = list_flags(session).get(f"{self.name}-runs")
@@ -70,7 +71,7 @@ class Counter:
         set_flag(session, f"{self.name}-runs", decision, "test", now)
         if self.fail:
             raise RuntimeError(f"{self.name} is broken")
-        return Result(decision, changed=True, requeue_after=self.requeue_after)
+        return Result(decision, changed=True, requeue_after=self.requeue_after, wake=self.wake_once and decision == 1)
 
 
 @pytest.fixture
@@ -164,6 +165,16 @@ def test_a_wake_runs_every_reconciler_at_once(db_url: str, make_runtime, fake_ti
     assert ran(runtime.runner) == ["fast", "paused"]
     assert ran(runtime.runner) == []  # the wake was taken by that pass
     assert runs(runtime) == {"fast": 2, "paused": 2}
+
+
+def test_a_run_that_asks_to_wake_runs_every_reconciler_in_the_next_pass(db_url: str, make_runtime,
+                                                                          fake_time: FakeTime) -> None:
+    runtime = make_runtime(db_url, Counter("placement", interval_s=600.0),
+                           Counter("scaler", interval_s=600.0, wake_once=True))
+    assert ran(runtime.runner) == ["placement", "scaler"]  # the scaler's first run changed placement's input
+    assert ran(runtime.runner) == ["placement", "scaler"]  # so both run again at once, not in ten minutes
+    assert ran(runtime.runner) == []  # no more wakes asked for
+    assert runs(runtime) == {"placement": 2, "scaler": 2}
 
 
 def test_an_erroring_reconciler_is_isolated_counted_and_backed_off(db_url: str, make_runtime, fake_time: FakeTime) -> None:

@@ -35,6 +35,8 @@ class Result(Generic[ReportT]):
     changed: bool = False  # the run wrote to the store: agents' cached replies should pick it up now
     requeue_after: float | None = None  # seconds until the next run; None: after the reconciler's interval_s
     # (a wake runs every reconciler at once either way)
+    wake: bool = False  # this run changed what other reconcilers read (a rollout scaled deployments): run them
+    # all again at once rather than at their next interval
 
 
 class Reconciler(Protocol[SnapshotT, DecisionT, ReportT_co]):

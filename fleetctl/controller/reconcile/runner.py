@@ -7,7 +7,8 @@ One pass (`run_due`, or `run_all` for every reconciler regardless of schedule):
 4. each due reconciler runs in its own session: snapshot, decide, apply. One that raises is rolled back,
    logged, counted and backed off; the others run as if nothing happened;
 5. if any run changed the store, `refresh` runs again (agents' cached replies pick up new assignments now,
-   not at the next periodic flush).
+   not at the next periodic flush); if a run asked to wake the others (`Result.wake`: it changed what they
+   read), the next pass runs every reconciler.
 Passes never overlap (one lock: the loop and callers of `run_due`/`run_all` take turns). Every run is
 counted in the metrics (metrics.py) under its reconciler's name.
 
@@ -125,6 +126,8 @@ class ReconcileRunner:
             self.passes += 1
         if report.changed:
             self.refresh()
+        if any(result.wake for result in report.results.values()):
+            self.wake()
         return report
 
     def _take_wake(self) -> None:
