@@ -149,7 +149,7 @@ def test_background_analysis_failure_aborts_at_any_step() -> None:
     assert started.message.startswith("background analysis started") and started.step == 1
 
 
-def test_background_analysis_is_stopped_successful_when_the_rollout_completes() -> None:
+def test_background_analysis_is_stopped_successful_when_every_step_is_done() -> None:
     errors = {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result < 0.05",
                            "interval": "5s", "minRequests": 5}]}
     spec = make_spec([{"scale": {}}, {"setWeight": 20}, {"pause": {"duration": "30s"}}],
