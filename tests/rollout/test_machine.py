@@ -149,7 +149,7 @@ def test_background_analysis_failure_aborts_at_any_step() -> None:
     assert started.message.startswith("background analysis started") and started.step == 1
 
 
-def test_background_analysis_is_stopped_successful_when_the_rollout_completes() -> None:
+def test_background_analysis_is_stopped_successful_when_every_step_is_done() -> None:
     errors = {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result < 0.05",
                            "interval": "5s", "minRequests": 5}]}
     spec = make_spec([{"scale": {}}, {"setWeight": 20}, {"pause": {"duration": "30s"}}],
@@ -232,3 +232,26 @@ def test_terminal_rollouts_do_nothing() -> None:
     for phase in (COMPLETED, ABORTED):
         transition = step(spec, RolloutState(phase=phase), world.observe(), T0, A, B)
         assert transition.actions == () and transition.requeue_after_s is None
+
+
+def test_analysis_errors_are_retried_then_abort() -> None:
+    quality = {"metrics": [{"name": "golden", "measure": "quality", "successCondition": "result >= 1",
+                            "interval": "10s", "consecutiveErrorLimit": 2}]}
+    spec = make_spec([{"scale": {}}, {"setWeight": 10}, {"analysis": {"templates": ["quality"]}}],
+                     templates={"quality": quality})
+    world = World(quality={A: "pass", B: None})
+    state, actions = drive(spec, world)
+    assert state.phase == ABORTED and "step 2 analysis error" in (state.abort_reason or "")
+    assert "quality: not measured" in (state.abort_reason or "")
+    run = state.step_analysis
+    assert run is not None and run.metrics[0].error == 3 and run.metrics[0].count == 0
+    assert world.weights == {A: 100.0}
+
+
+def test_an_analysis_whose_metrics_never_run_in_a_step_is_recorded_and_passed() -> None:
+    never = {"metrics": [{"name": "ttft", "measure": "ttft_p90_s", "successCondition": "result <= 1", "count": 0}]}
+    spec = make_spec([{"analysis": {"templates": ["never"]}}, {"setWeight": 0}], templates={"never": never})
+    state, actions = drive(spec, World())
+    assert state.phase == COMPLETED
+    outcome = records(actions, "analysis")
+    assert len(outcome) == 1 and outcome[0].step == 0 and "count 0" in outcome[0].message

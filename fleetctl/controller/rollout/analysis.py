@@ -167,10 +167,9 @@ def _count(metric: MetricRun, m: Measurement) -> MetricRun:
     if m.phase == ERROR:
         return replace(metric, error=metric.error + 1, consecutive_error=metric.consecutive_error + 1,
                        measurements=kept)
-    counts = {SUCCESSFUL: "successful", FAILED: "failed", INCONCLUSIVE_PHASE: "inconclusive"}
-    field = counts[m.phase]
+    counter = {SUCCESSFUL: "successful", FAILED: "failed", INCONCLUSIVE_PHASE: "inconclusive"}[m.phase]
     return replace(metric, count=metric.count + 1, consecutive_error=0, measurements=kept,
-                   **{field: getattr(metric, field) + 1})
+                   **{counter: getattr(metric, counter) + 1})
 
 
 # --- one measurement ---

@@ -6,13 +6,16 @@ version check), applies the other actions in order, and looks again after `reque
 Level-based: every decision is taken from the stored state and what the fleet looks like now, never from
 "what I did last time". The world actions (SetWeights, ScaleUp, Drain) are idempotent and re-emitted for as
 long as the fleet does not show their effect, so a crash at any point (actions applied but the state lost,
-or the state stored but actions lost) continues where it was: no step repeats, none is skipped.
+or the state stored but actions lost) continues where it was: no step repeats, none is skipped
+(tests/rollout/test_crash_properties.py drives both kinds of crash). Store first, then apply: a crash then
+loses only actions, which the next tick re-emits; applying first is safe too, but a lost transition can
+briefly undo the fleet's progress (the next tick re-emits the older step's weights).
 
 A = `from_ref` (the revision traffic moves from), B = `to_ref`. Per tick:
 
 1. A break-glass freeze holds every non-terminal rollout (`paused_by` "freeze"; it resumes when the freeze
    lifts, unless an operator paused it too); an operator's pause holds it until `resume`/`promote`. Held,
-   nothing moves and nothing is measured.
+   nothing moves and nothing is measured (the open windows just grow); a timed pause's clock keeps running.
 2. Aborting: weights {A: 100} until stored and acknowledged by every gateway, then Drain(B) until B's
    deployments ask for nothing, then `aborted`.
 3. Otherwise the background analysis (from `analysis.startingStep`) advances: Failed/Error aborts,
@@ -45,7 +48,7 @@ from fleetctl.controller.rollout.spec import (
     AnalysisStep, PauseStep, RolloutSpec, ScaleUpStep, SetWeightStep, Step, step_kind,
 )
 from fleetctl.controller.rollout.state import (
-    ABORTED, ABORTING, BY_OPERATOR, COMPLETED, DRIFT, ERROR, FAILED, FREEZE, FROZEN, INCONCLUSIVE, INCONCLUSIVE_PHASE,
+    ABORTED, ABORTING, COMPLETED, DRIFT, ERROR, FAILED, FREEZE, FROZEN, INCONCLUSIVE, INCONCLUSIVE_PHASE,
     PAUSE_STEP, PAUSED, PROGRESSING, SUCCESSFUL, TERMINAL, Action, AnalysisRun, Drain, Observations, PauseReason,
     Record, RolloutState, ScaleUp, SetWeights, Transition,
 )
@@ -146,8 +149,6 @@ def _held(t: _Tick) -> bool:
     elif not t.obs.frozen and s.paused_by == FREEZE:
         t.update(paused_by=None, pause_reason=None if s.pause_reason == FROZEN else s.pause_reason)
         t.record("resumed", "the freeze lifted", s.step_index)
-    elif not t.obs.frozen and s.pause_reason == FROZEN:
-        t.update(pause_reason=BY_OPERATOR)  # an operator paused during the freeze: theirs now
     if t.obs.frozen:
         t.wake(FREEZE_POLL_S)
     return t.state.paused_by is not None
@@ -228,7 +229,10 @@ def _enter(t: _Tick, index: int, current: Step) -> None:
     t.update(step_started_at=t.now)
     t.record("step_started", f"step {index} ({describe_step(current)}) started", index)
     if isinstance(current, AnalysisStep):
-        t.update(step_analysis=analysis.start(t.spec.templates, current.analysis.templates, "step", index, t.now))
+        run = analysis.start(t.spec.templates, current.analysis.templates, "step", index, t.now)
+        if run.phase in analysis.TERMINAL_PHASES:  # every metric has count 0: it never runs in a step
+            t.record("analysis", f"step {index} analysis {run.phase}: {run.message}", index)
+        t.update(step_analysis=run)
 
 
 def _settle_pause(t: _Tick) -> None:
