@@ -7,7 +7,8 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
   contains the current routing content. When the content has changed since the counter was last stamped
   (routing_generation.py), no gateway can have applied it yet, so it is not acknowledged (the next
   gateway refresh stamps it). No live gateway at all: nothing to wait for;
-- `ready`: ready, routable, undrained engines per revision (traffic.ready_engines);
+- `ready`: ready, routable, undrained engines per revision (traffic.ready_engines_by_role), each role
+  counted up to what its deployments ask for (`ready >= desired` only when every role is ready);
 - `desired`: engines the model's deployments ask for, per revision (all roles);
 - `served`: every gateway's latest per-revision counters (gateways.served_by_gateway);
 - `drifted`: engines of A or B whose running config differs from their class (drift.drifted_engines);
@@ -17,7 +18,7 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from sqlalchemy import select
@@ -29,7 +30,7 @@ from fleetctl.controller.gateways import is_stale, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState, TrafficPolicy
 from fleetctl.controller.rollout.state import Observations
 from fleetctl.controller.routing_generation import ROW_ID, content_digest
-from fleetctl.controller.traffic import ready_engines
+from fleetctl.controller.traffic import ready_engines_by_role
 
 
 def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
@@ -39,12 +40,13 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
     refs = sorted(set(refs))
     served = served_by_gateway(session, refs)
     drifted = {ref: engines for ref, engines in drifted_engines(session, model).items() if ref in refs}
-    ready = ready_engines(session, refs)
+    desired_by_role = desired_engines_by_role(session, model, refs)
+    ready = ready_toward_desired(ready_engines_by_role(session, refs), desired_by_role)
     return Observations(
         weights=model_weights(session, model),
         acknowledged=routing_acknowledged(session, now) if acknowledged is None else acknowledged,
         ready={ref: ready.get(ref, 0) for ref in refs},
-        desired=desired_engines(session, model, refs),
+        desired={ref: sum(n for (r, _), n in desired_by_role.items() if r == ref) for ref in refs},
         drifted=drifted,
         served=served,
         quality={ref: None for ref in refs},
@@ -61,13 +63,24 @@ def model_weights(session: Session, model: str) -> dict[str, float]:
     return {ref: 1.0 for ref in sorted(set(deployed))}
 
 
-def desired_engines(session: Session, model: str, refs: list[str]) -> dict[str, int]:
-    desired: dict[str, int] = defaultdict(int)
-    rows = session.execute(select(Deployment.class_ref, Deployment.replicas)
+def desired_engines_by_role(session: Session, model: str, refs: list[str]) -> dict[tuple[str, str], int]:
+    """Engines the model's deployments ask for, per (class revision, role)."""
+    desired: dict[tuple[str, str], int] = defaultdict(int)
+    rows = session.execute(select(Deployment.class_ref, Deployment.role, Deployment.replicas)
                            .where(Deployment.model == model, Deployment.class_ref.in_(refs))).tuples()
-    for ref, replicas in rows:
-        desired[ref] += replicas
-    return {ref: desired.get(ref, 0) for ref in refs}
+    for ref, role, replicas in rows:
+        desired[(ref, role)] += replicas
+    return dict(desired)
+
+
+def ready_toward_desired(ready: Mapping[tuple[str, str], int],
+                         desired: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Ready engines per revision, each role counted up to what it asks for, so that `ready >= desired`
+    means every role is ready: two ready prefill engines do not make up for a missing decode engine."""
+    counted: dict[str, int] = defaultdict(int)
+    for (ref, role), wanted in desired.items():
+        counted[ref] += min(ready.get((ref, role), 0), wanted)
+    return dict(counted)
 
 
 def routing_acknowledged(session: Session, now: datetime) -> bool:

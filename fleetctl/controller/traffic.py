@@ -92,13 +92,21 @@ def known_specs(session: Session, refs: Iterable[str]) -> dict[str, ReplicaClass
 def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
     """Ready engines per class revision: reported `ready` by an agent whose node is up, and not being
     drained (an engine on its way out is no place to send new traffic)."""
+    counts: Counter[str] = Counter()
+    for (ref, _role), count in ready_engines_by_role(session, refs).items():
+        counts[ref] += count
+    return dict(counts)
+
+
+def ready_engines_by_role(session: Session, refs: Iterable[str]) -> dict[tuple[str, str], int]:
+    """Ready engines (as `ready_engines` counts them) per (class revision, role)."""
     drained = set(session.execute(select(Assignment.node, Assignment.name).where(Assignment.drain.is_(True))).tuples())
     rows = session.execute(
-        select(Engine.node, Engine.name, Engine.class_ref)
+        select(Engine.node, Engine.name, Engine.class_ref, Engine.role)
         .join(Node, Node.name == Engine.node)
         .where(Engine.state == READY, Node.state == UP, Engine.class_ref.in_(list(refs)))
     ).tuples()
-    return dict(Counter(ref for node, name, ref in rows if (node, name) not in drained))
+    return dict(Counter((ref, role) for node, name, ref, role in rows if (node, name) not in drained))
 
 
 def list_traffic(session: Session) -> dict[str, Any]:

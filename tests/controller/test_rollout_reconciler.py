@@ -161,3 +161,13 @@ def test_a_restarted_controller_continues_the_rollout_from_the_same_step(setting
         events = history(api, 1)
         assert replicas(api) == {"chat": 0, B_DEPLOYMENT: 1}
     assert events.count("step_started") == 4 and events.count("step_done") == 4
+
+
+def test_ready_counts_each_role_only_up_to_what_it_asks_for() -> None:
+    """A P/D revision is ready only when every role is: surplus prefill engines never stand in for decode."""
+    from fleetctl.controller.rollout_observations import ready_toward_desired
+
+    desired = {("b@r2", "prefill"): 1, ("b@r2", "decode"): 1}
+    assert ready_toward_desired({("b@r2", "prefill"): 2}, desired) == {"b@r2": 1}  # 1 < desired 2: not ready
+    assert ready_toward_desired({("b@r2", "prefill"): 2, ("b@r2", "decode"): 1}, desired) == {"b@r2": 2}
+    assert ready_toward_desired({("a@r1", "mixed"): 3}, {}) == {}  # nothing asked for: nothing counted
