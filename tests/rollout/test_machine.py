@@ -159,6 +159,23 @@ def test_background_analysis_is_stopped_successful_when_every_step_is_done() -> 
     assert state.background.phase == SUCCESSFUL and state.background.metrics[0].successful >= 3
 
 
+def test_a_background_analysis_that_never_measured_a_pass_pauses_the_end_until_promote() -> None:
+    """A gate never passes for lack of data: the steps were done before the background metric's first
+    measurement was due, so it never measured a pass."""
+    from fleetctl.controller.rollout.commands import promote
+
+    errors = {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result < 0.05",
+                           "interval": "10m", "minRequests": 5}]}
+    spec = make_spec([{"scale": {}}, {"setWeight": 20}, {"pause": {"duration": "3s"}}],
+                     analysis={"templates": ["errors"]}, templates={"errors": errors})
+    world = World(rate=40.0)
+    state, _ = drive(spec, world, ticks=40)
+    assert state.phase == PAUSED and state.pause_reason == INCONCLUSIVE and state.step_index == 3
+    assert world.weights == {A: 80.0, B: 20.0}  # the end's move of all traffic to B waits
+    state, _ = drive(spec, world, promote(state, world.now))
+    assert state.phase == COMPLETED and world.weights == {B: 100.0}
+
+
 def test_the_end_moves_all_traffic_to_b_then_drains_a() -> None:
     spec = make_spec([{"setWeight": 40}])
     world = World(ack_after=2)

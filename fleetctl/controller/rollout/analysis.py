@@ -61,12 +61,18 @@ def advance(run: AnalysisRun, templates: Mapping[str, AnalysisTemplate], observa
     return _with_phase(replace(run, metrics=metrics))
 
 
-def stop(run: AnalysisRun, message: str = "stopped") -> AnalysisRun:
+def stop(run: AnalysisRun, message: str = "stopped", require_evidence: bool = False) -> AnalysisRun:
     """Terminate a run (the rollout finished or moved past it): metrics still going end Successful; one that
-    already broke a limit keeps its phase (Argo's terminate)."""
+    already broke a limit keeps its phase (Argo's terminate). With `require_evidence` (a background run
+    that gated the whole rollout), a metric still going without one successful measurement ends
+    Inconclusive instead: a gate never passes for lack of data."""
     if run.phase in TERMINAL_PHASES:
         return run
-    metrics = tuple(m if m.phase in TERMINAL_PHASES else replace(m, phase=SUCCESSFUL, next_at=None)
+
+    def ended(m: MetricRun) -> str:
+        return INCONCLUSIVE_PHASE if require_evidence and m.successful == 0 else SUCCESSFUL
+
+    metrics = tuple(m if m.phase in TERMINAL_PHASES else replace(m, phase=ended(m), next_at=None)
                     for m in run.metrics)
     return replace(_with_phase(replace(run, metrics=metrics)), message=message)
 

@@ -206,7 +206,8 @@ def _run_steps(t: _Tick) -> None:
     for _ in range(len(t.spec.steps) + 1):
         if t.state.step_index >= len(t.spec.steps):
             _stop_background(t)
-            _finish(t)
+            if t.pause is None:
+                _finish(t)
             return
         if not _run_step(t):
             return
@@ -356,12 +357,17 @@ def _run_background(t: _Tick) -> None:
 
 
 def _stop_background(t: _Tick) -> None:
-    """Every step is done: the background run ends (Successful, unless it already broke a limit). The last
-    moves (B to 100%, A drained) are not gated: a relative condition has no A to compare with by then."""
+    """Every step is done: the background run ends (Successful, unless it already broke a limit, or one of
+    its metrics never measured a pass: then Inconclusive, and the rollout pauses for promote or abort). The
+    last moves (B to 100%, A drained) are not gated: a relative condition has no A to compare with by then."""
     run = t.state.background
     if run is not None and run.phase not in analysis.TERMINAL_PHASES:
-        t.update(background=analysis.stop(run, "every step is done"))
-        t.record("analysis", "background analysis stopped: every step is done")
+        run = analysis.stop(run, "every step is done", require_evidence=True)
+        t.update(background=run)
+        t.record("analysis", f"background analysis stopped: every step is done ({run.phase})")
+        if run.phase == INCONCLUSIVE_PHASE:
+            t.pause = (INCONCLUSIVE, "background analysis inconclusive: a metric never measured a pass; "
+                                     "promote finishes the rollout without it, abort ends it")
 
 
 def _start_background(t: _Tick) -> None:
