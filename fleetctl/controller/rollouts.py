@@ -132,6 +132,11 @@ def check_correctness(spec: RolloutSpec, changes: list[dict[str, Any]], a: str, 
         raise ValidationFailed(
             f"spec.allowCorrectnessChange: {a} and {b} differ in correctness fields ({listed}); outputs may change, "
             "so the spec must say so with allowCorrectnessChange: {reason: ...}", field="spec.allowCorrectnessChange")
+    if changes and not spec.requires_quality():
+        # a change that may alter answers is gated on answers, not only on latency
+        raise ValidationFailed(
+            f"spec.templates: {a} and {b} differ in correctness fields, so the rollout needs the quality gate: an "
+            "analysis metric with `measure: quality` (the golden-set canary's verdict for B)", field="spec.templates")
 
 
 def check_quality(spec: RolloutSpec, session: Session, model: str, refs: list[str], now: datetime) -> None:

@@ -69,15 +69,25 @@ def test_an_undeclared_correctness_change_is_refused_listing_the_fields(api: Api
     assert rollouts(api) == []
 
 
-def test_an_allowed_correctness_change_starts_and_is_audited_with_its_reason(api: Api) -> None:
+def test_an_allowed_correctness_change_needs_the_quality_gate(api: Api) -> None:
     served_by_r1(api, max_model_len=8192)
     response = start(api, spec(allowCorrectnessChange={"reason": "longer context, checked offline"}))
-    assert response.status_code == 201, response.text
-    assert response.json()["allow_correctness_change"] == "longer context, checked offline"
-    (event,) = [e for e in api.call("GET", "/api/v1/audit", role="viewer").json() if e["action"] == "rollout.start"]
-    assert event["code"] == "correctness_change_allowed"
-    assert event["detail"]["reason"] == "longer context, checked offline"
-    assert event["detail"]["correctness_differences"] == [{"field": "max_model_len", "from": 2048, "to": 8192}]
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "spec.templates" and "measure: quality" in error["message"]
+    assert rollouts(api) == []
+
+
+def test_an_allowed_correctness_change_with_a_quality_gate_waits_for_the_canary(api: Api) -> None:
+    """The gate exists in the spec, but no canary measures quality yet: refused, saying why, nothing stored."""
+    served_by_r1(api, max_model_len=8192)
+    golden = {"golden": {"metrics": [{"name": "q", "measure": "quality", "successCondition": "result >= 1"}]}}
+    steps = [{"scale": {}}, {"setWeight": 10}, {"analysis": {"templates": ["golden"]}}, {"setWeight": 100}]
+    response = start(api, spec(allowCorrectnessChange={"reason": "longer context"}, templates=golden, steps=steps))
+    assert response.status_code == 409, response.text
+    error = response.json()["error"]
+    assert error["code"] == "quality_gate_unavailable" and error["message"].startswith("quality: not measured")
+    assert rollouts(api) == []
 
 
 def test_a_second_rollout_of_the_model_is_refused_naming_the_running_one(api: Api) -> None:
