@@ -20,7 +20,7 @@ class RolloutApi:
         return self.client.get_rollout(rollout_id).model_dump(mode="json")
 
     def abort(self, rollout_id: int, reason: str) -> None:
-        self.client.abort_rollout(rollout_id, reason=reason)
+        self.client.rollout_command(rollout_id, "abort", reason=reason)
 
     def wait(self, rollout_id: int, done: Callable[[dict[str, Any]], bool], timeout_s: float,
              every_s: float = 0.2) -> dict[str, Any]:
