@@ -77,6 +77,7 @@ TERMINAL = ("completed", "aborted")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks/rollout.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a few minutes: short baseline, pauses and windows, 4 trials")
+    p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2", help="the engines' weights (tiny: a smoke run)")
     p.add_argument("--nodes", type=int, default=2, help="agents, one engine of A each (B surges beside them)")
     p.add_argument("--gateways", type=int, default=2, help="gateways the traffic goes through in turn")
     p.add_argument("--rps", type=float, default=2.0, help="requests per second, all gateways together")
@@ -107,7 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def start_fleet(args: argparse.Namespace, state_dir: Path) -> Any:
     from fleetctl.localfleet import UpOptions, up
 
-    options = UpOptions(state_dir=state_dir, nodes=args.nodes, model="smollm2", controller_port=0, gateway_port=0,
+    options = UpOptions(state_dir=state_dir, nodes=args.nodes, model=args.model, controller_port=0, gateway_port=0,
                         engine_port_base=random.randrange(20_000, 40_000, 1_000), heartbeat_interval_s=args.heartbeat_s,
                         gateway_table_refresh_s=args.table_refresh_s, ready_timeout_s=600.0)
     return up(options, progress=log)

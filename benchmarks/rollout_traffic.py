@@ -9,8 +9,8 @@ prefix sharing survives), the prompt is capped at `max_prompt_tokens`, the outpu
 bursts of ~10 requests in one second kept); after the last row the trace starts again.
 
 A result is `failed` (a non-200 answer, a transport error, an in-band error event) or `cut` (200, but the
-stream ended before [DONE] or with fewer tokens than asked); `served_by` is the class revision the gateway
-named in `x-fleet-served-by`.
+stream ended before [DONE], without a finish_reason, or with fewer completion tokens than asked, as its
+usage chunk counts them); `served_by` is the class revision the gateway named in `x-fleet-served-by`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ class Result:
     sent_at: float  # time.monotonic()
     status: int = 0
     ttft_s: float = math.nan
-    tokens: int = 0
+    tokens: int = 0  # content chunks (a token whose text is held back for UTF-8 sends none)
+    completion_tokens: int | None = None  # the final usage chunk's count
+    finish_reason: str | None = None
     done: bool = False  # [DONE] seen
     error: str | None = None
     served_by: str = ""  # class revision
@@ -58,7 +60,8 @@ class Result:
 
     @property
     def cut(self) -> bool:
-        return not self.failed and (not self.done or self.tokens < self.expected)
+        short = self.completion_tokens is not None and self.completion_tokens < self.expected
+        return not self.failed and (not self.done or self.finish_reason is None or short)
 
 
 def build_requests(blocks: BlockText, block_tokens: int, max_prompt_tokens: int, max_tokens: int,
@@ -135,7 +138,7 @@ class Traffic:
     async def _one(self, client: httpx.AsyncClient, req: Req, gateway: str) -> None:
         result = Result(req.row, gateway, time.monotonic(), expected=req.max_tokens)
         body = {"model": self.model, "prompt": req.prompt, "max_tokens": req.max_tokens, "temperature": 0,
-                "ignore_eos": True, "stream": True}
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
         try:
             async with client.stream("POST", gateway + "/v1/completions", json=body) as response:
                 result.status = response.status_code
@@ -164,3 +167,6 @@ async def _read_stream(response: httpx.Response, result: Result) -> None:
             if result.tokens == 0:
                 result.ttft_s = time.monotonic() - result.sent_at
             result.tokens += 1
+            result.finish_reason = chunk["choices"][0].get("finish_reason") or result.finish_reason
+        if chunk.get("usage"):
+            result.completion_tokens = chunk["usage"].get("completion_tokens")

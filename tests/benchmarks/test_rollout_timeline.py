@@ -34,12 +34,16 @@ def test_applied_at_waits_for_the_last_gateway():
 
 
 def test_a_result_is_failed_cut_or_complete():
-    complete = Result(0, "g", 0.0, status=200, tokens=4, done=True, expected=4)
-    assert not complete.failed and not complete.cut
-    assert Result(0, "g", 0.0, status=200, tokens=3, done=True, expected=4).cut
-    assert Result(0, "g", 0.0, status=200, tokens=4, done=False, expected=4).cut
-    assert Result(0, "g", 0.0, status=503).failed
-    assert Result(0, "g", 0.0, status=200, tokens=4, done=True, expected=4, error="in-band").failed
+    def result(**kw) -> Result:
+        return Result(0, "g", 0.0, **{"status": 200, "tokens": 3, "completion_tokens": 4, "finish_reason": "length",
+                                      "done": True, "expected": 4, **kw})
+
+    assert not result().failed and not result().cut  # 4 tokens, one of them without text of its own
+    assert result(completion_tokens=3).cut
+    assert result(done=False).cut
+    assert result(finish_reason=None).cut
+    assert result(status=503).failed and not result(status=503).cut
+    assert result(error="in-band").failed
 
 
 def test_spec_waits_and_detection_bound():
