@@ -29,6 +29,7 @@ from fleetctl.localfleet.processes import child_env, fleetctl_argv
 
 SLOW_STEP_MS = 150
 WORKERS = 3
+WATCH_TIMEOUT = "180"  # seconds: a demo that goes wrong says so instead of hanging
 QUESTIONS = ["Name a planet.", "What colour is the sky?", "Say hello in French.", "Count to five."]
 
 
@@ -98,7 +99,7 @@ def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> 
         ref_b = _apply_class(work_dir / "class-batch.yaml", name, spec_b, env)
         _run(["rollout", "start", model, "--to", ref_b, "--steps", "50,100", "--pause", "10s",
               "--reason", "demo: larger batch limit"], env)
-        completed = _run(["rollout", "watch", model], env) == 0
+        completed = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT], env) == 0
         print(live.summary())
 
         print(f"\n--- rollout 2: {ref_b} -> engines made slow ({SLOW_STEP_MS} ms per step), gated on latency ---")
@@ -107,7 +108,7 @@ def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> 
         spec_file = _write_yaml(work_dir / "rollout-slow.yaml", slow_rollout_spec(model, ref_c))
         print(f"\n# {spec_file}\n{spec_file.read_text()}", end="")
         _run(["rollout", "start", "-f", str(spec_file), "--reason", "demo: a slow revision"], env)
-        aborted = _run(["rollout", "watch", model], env) == 8
+        aborted = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT], env) == 8
         print("the gate aborted the rollout (watch exit 8)" if aborted else "the rollout was NOT aborted")
         print(live.summary())
     _run(["traffic", "get", model], env)
