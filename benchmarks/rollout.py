@@ -65,13 +65,16 @@ from benchmarks.common import (  # noqa: E402
     RESULTS, BlockText, load_mooncake, log, percentile, print_table, reference_tokenizer_dir, write_json,
 )
 from benchmarks.rollout_api import RolloutApi  # noqa: E402
-from benchmarks.rollout_timeline import Watcher, only_on, some_on  # noqa: E402
+from benchmarks.rollout_timeline import Watcher, only_on, share_of  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Result, Traffic, arrival_offsets, build_requests  # noqa: E402
 
 OUT = RESULTS / "rollout.json"
 GOALS = {"failed_or_cut": 0, "ttft_p99_ratio": 1.2, "overhead_per_step_s": 15.0, "abort_p99_s": 2.0}
 WARM_UP_S = 10.0
 TERMINAL = ("completed", "aborted")
+INCONCLUSIVE = "InconclusiveAnalysisRun"
+REGRESSION_WEIGHT = 50  # percent to the slow revision while its analysis runs
+TRIAL_WEIGHT = 10  # percent to B when an abort trial aborts
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -177,12 +180,12 @@ def regression_spec(model: str, to: str, interval_s: float) -> dict[str, Any]:
          "count": 3, "failureLimit": 0, "minRequests": 3}
         for name, measure in (("itl", "itl_p90_s"), ("ttft", "ttft_p90_s"))
     ]}
-    steps = [{"scale": {}}, {"setWeight": 50}, {"analysis": {"templates": ["latency"]}}, {"setWeight": 100}]
+    steps = [{"scale": {}}, {"setWeight": REGRESSION_WEIGHT}, {"analysis": {"templates": ["latency"]}}, {"setWeight": 100}]
     return {"model": model, "to": to, "steps": steps, "templates": {"latency": latency}}
 
 
 def trial_spec(model: str, to: str) -> dict[str, Any]:
-    return {"model": model, "to": to, "replicas": 1, "steps": [{"scale": {}}, {"setWeight": 10}, {"pause": {}}]}
+    return {"model": model, "to": to, "replicas": 1, "steps": [{"scale": {}}, {"setWeight": TRIAL_WEIGHT}, {"pause": {}}]}
 
 
 def nominal_waits_s(spec: dict[str, Any]) -> float:
@@ -215,11 +218,29 @@ def wall_to_monotonic(stamp: str, offset: float) -> float:
     return datetime.fromisoformat(stamp).timestamp() - offset
 
 
+def settled(view: dict[str, Any]) -> bool:
+    """Completed, aborted, or waiting for an operator because an analysis could not decide."""
+    return view["phase"] in TERMINAL or (view["phase"] == "paused" and view.get("pause_reason") == INCONCLUSIVE)
+
+
+def wait_settled(api: RolloutApi, rollout_id: int, timeout_s: float) -> dict[str, Any]:
+    """The rollout's view once settled; one stuck on an inconclusive analysis (or past the timeout) is
+    aborted, so the fleet is back on its A for what follows, and reported with the phase it had."""
+    view = api.wait(rollout_id, settled, timeout_s)
+    if view["phase"] not in TERMINAL:
+        log(f"rollout {rollout_id} {view['phase']} ({view.get('pause_reason')}: {view.get('message')}); aborting it")
+        api.abort(rollout_id, reason="benchmarks/rollout.py: rollout did not settle")
+        api.wait(rollout_id, lambda v: v["phase"] == "aborted", 120.0)
+        view = {**view, "phase": f"{view['phase']} ({view.get('pause_reason') or 'timeout'})"}
+    return view
+
+
 def run_rollout(api: RolloutApi, spec: dict[str, Any], traffic: Traffic, timeout_s: float) -> dict[str, Any]:
     started = time.monotonic()
     rollout_id = api.start(spec, reason="benchmarks/rollout.py: phased rollout")
-    view = api.wait(rollout_id, lambda v: v["phase"] in TERMINAL, timeout_s)
+    view = api.wait(rollout_id, settled, timeout_s)
     ended = time.monotonic()
+    view = wait_settled(api, rollout_id, 0.0) if view["phase"] not in TERMINAL else view
     wall = ended - started
     waits = nominal_waits_s(spec)
     weight_steps = sum(1 for step in spec["steps"] if "setWeight" in step)
@@ -233,8 +254,8 @@ def run_regression(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, refs
                    offset: float, timeout_s: float) -> dict[str, Any]:
     started = time.monotonic()
     rollout_id = api.start(spec, reason="benchmarks/rollout.py: injected latency regression")
-    injected = watcher.wait_applied(some_on(refs["C"]), started, timeout_s)
-    view = api.wait(rollout_id, lambda v: v["phase"] in TERMINAL, timeout_s)
+    injected = watcher.wait_applied(share_of(refs["C"], REGRESSION_WEIGHT), started, timeout_s)
+    view = wait_settled(api, rollout_id, timeout_s)
     failed = [g["latest"] for g in view.get("gates", []) if g.get("latest") and g["latest"]["phase"] == "Failed"]
     out: dict[str, Any] = {"id": rollout_id, "phase": view["phase"], "abort_reason": view.get("abort_reason"),
                            "bound_s": detection_bound_s(spec), "gates": view.get("gates", [])}
@@ -251,7 +272,7 @@ def run_abort_trial(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, ref
                     timeout_s: float) -> dict[str, Any]:
     rollout_id = api.start(spec, reason="benchmarks/rollout.py: abort trial")
     started = time.monotonic()
-    split = watcher.wait_applied(some_on(refs["A"]), started, timeout_s)
+    split = watcher.wait_applied(share_of(refs["A"], TRIAL_WEIGHT), started, timeout_s)
     if split is None:
         return {"id": rollout_id, "error": "the split never reached every gateway"}
     called = time.monotonic()

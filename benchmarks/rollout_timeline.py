@@ -61,8 +61,12 @@ def only_on(ref: str) -> Callable[[Weights], bool]:
     return lambda weights: weights.get(ref, 0.0) > 0 and all(w <= 0 for r, w in weights.items() if r != ref)
 
 
-def some_on(ref: str) -> Callable[[Weights], bool]:
-    return lambda weights: weights.get(ref, 0.0) > 0
+def share_of(ref: str, percent: float) -> Callable[[Weights], bool]:
+    """Predicate: `ref` has `percent` of the model's weight (a rollout's setWeight step)."""
+    def holds(weights: Weights) -> bool:
+        total = sum(w for w in weights.values() if w > 0)
+        return total > 0 and abs(100 * max(weights.get(ref, 0.0), 0.0) / total - percent) < 1e-6
+    return holds
 
 
 class Watcher:

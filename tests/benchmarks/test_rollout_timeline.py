@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.rollout import detection_bound_s, nominal_waits_s, regression_spec, rollout_spec, trial_spec
-from benchmarks.rollout_timeline import GatewaySample, TableSample, applied_at, first_generation, only_on, some_on
+from benchmarks.rollout_timeline import GatewaySample, TableSample, applied_at, first_generation, only_on, share_of
 from benchmarks.rollout_traffic import Result
 
 A, B = "chat@r1", "chat@r2"
@@ -18,7 +18,8 @@ TABLES = [
 
 
 def test_first_generation_is_the_first_sampled_table_that_holds_after_the_moment():
-    assert first_generation(TABLES, 0.0, some_on(B)) == 5
+    assert first_generation(TABLES, 0.0, share_of(B, 10)) == 5
+    assert first_generation(TABLES, 0.0, share_of(B, 50)) is None
     assert first_generation(TABLES, 0.0, only_on(A)) == 6
     assert first_generation(TABLES, 2.5, only_on(A)) == 7
     assert first_generation(TABLES, 0.0, only_on(B)) is None
