@@ -14,12 +14,13 @@ output tokens, `--rps` requests/s over all gateways in turn) runs from start to 
    `scale`, then setWeight over `--weights` (4 steps by default), a timed pause of `--pause-s` after each
    weight below 100 but the last, and after that one an inline analysis (error rate <= 1%, p90 TTFT <= 2 x
    A's, one `--interval-s` window).
-3. **Regression**: a rollout from B to C = B made slow (`engine_args: {debug-step-delay-ms: --slow-ms}`,
+3. **Regression**: a rollout from B (or A, if the rollout did not complete) to C = B made slow (`engine_args: {debug-step-delay-ms: --slow-ms}`,
    the reference engine's test-only per-step delay; tokens unchanged): `scale`, setWeight 50, an analysis
    whose template measures p90 inter-token latency and p90 TTFT against 1.5 x the baseline every
    `--interval-s`, failureLimit 0. The gate should abort it.
-4. **Abort trials** (`--trials`, minus the regression's one): a rollout from B to A (`replicas: 1`;
-   `scale`, setWeight 10, an indefinite pause), aborted by the operator once every gateway routes 10% to A.
+4. **Abort trials** (`--trials`, minus the regression's one): a rollout from the revision holding the
+   traffic (B, after a completed rollout) to the other of A and B (`replicas: 1`; `scale`, setWeight 10, an
+   indefinite pause), aborted by the operator once every gateway routes 10% to it.
 
 What is measured (timestamps are this process's monotonic clock; the controller's wall-clock times, on the
 same machine, are converted with one offset taken at start):
@@ -73,6 +74,8 @@ GOALS = {"failed_or_cut": 0, "ttft_p99_ratio": 1.2, "overhead_per_step_s": 15.0,
 WARM_UP_S = 10.0
 TERMINAL = ("completed", "aborted")
 INCONCLUSIVE = "InconclusiveAnalysisRun"
+FULL = {"baseline_s": 60.0, "pause_s": 20.0, "interval_s": 10.0, "trials": 20}
+QUICK = {"baseline_s": 20.0, "pause_s": 5.0, "interval_s": 6.0, "trials": 4}
 REGRESSION_WEIGHT = 50  # percent to the slow revision while its analysis runs
 TRIAL_WEIGHT = 10  # percent to B when an abort trial aborts
 
@@ -89,18 +92,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=12, help="output tokens per request (ignore_eos)")
     p.add_argument("--max-prompt-tokens", type=int, default=256)
     p.add_argument("--block-tokens", type=int, default=16, help="real tokens per 512-token trace block")
-    p.add_argument("--baseline-s", type=float, default=60.0, help="traffic on A alone before the rollout")
+    p.add_argument("--baseline-s", type=float, help="traffic on A alone before the rollout [60; quick 20]")
     p.add_argument("--weights", default="10,25,50,100", help="the rollout's setWeight steps")
-    p.add_argument("--pause-s", type=float, default=20.0, help="the pause after each weight below 100")
-    p.add_argument("--interval-s", type=float, default=10.0, help="analysis measurement interval")
+    p.add_argument("--pause-s", type=float, help="the pause after each weight below 100 [20; quick 5]")
+    p.add_argument("--interval-s", type=float, help="analysis measurement interval [10; quick 6]")
     p.add_argument("--slow-ms", type=int, default=100, help="the regression's debug-step-delay-ms")
-    p.add_argument("--trials", type=int, default=20, help="abort trials in all (the regression's one included)")
+    p.add_argument("--trials", type=int, help="abort trials in all, the regression's one included [20; quick 4]")
     p.add_argument("--table-refresh-s", type=float, default=0.5, help="the gateways' routing-table refresh")
     p.add_argument("--heartbeat-s", type=float, default=1.0, help="agents' heartbeat interval")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    if args.quick:
-        args.baseline_s, args.pause_s, args.interval_s, args.trials = 20.0, 5.0, 6.0, 4
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     args.weight_steps = [int(w) for w in args.weights.split(",")]
     return args
 
@@ -250,11 +254,17 @@ def run_rollout(api: RolloutApi, spec: dict[str, Any], traffic: Traffic, timeout
             **traffic_summary(traffic.between(started, ended))}
 
 
-def run_regression(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, refs: dict[str, str],
-                   offset: float, timeout_s: float) -> dict[str, Any]:
-    started = time.monotonic()
+def holder(api: RolloutApi, model: str) -> str:
+    """The revision holding the model's traffic now (the next rollout's A)."""
+    weights = api.client.get_traffic(model).weights
+    return max(weights, key=lambda ref: weights[ref])
+
+
+def run_regression(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, offset: float,
+                   timeout_s: float) -> dict[str, Any]:
+    origin, started = holder(api, spec["model"]), time.monotonic()
     rollout_id = api.start(spec, reason="benchmarks/rollout.py: injected latency regression")
-    injected = watcher.wait_applied(share_of(refs["C"], REGRESSION_WEIGHT), started, timeout_s)
+    injected = watcher.wait_applied(share_of(spec["to"], REGRESSION_WEIGHT), started, timeout_s)
     view = wait_settled(api, rollout_id, timeout_s)
     failed = [g["latest"] for g in view.get("gates", []) if g.get("latest") and g["latest"]["phase"] == "Failed"]
     out: dict[str, Any] = {"id": rollout_id, "phase": view["phase"], "abort_reason": view.get("abort_reason"),
@@ -262,22 +272,26 @@ def run_regression(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, refs
     if not failed or injected is None:
         return out
     decided = min(wall_to_monotonic(m["at"], offset) for m in failed)
-    back = watcher.wait_applied(only_on(refs["B"]), decided, 60.0)
+    back = watcher.wait_applied(only_on(origin), decided, 60.0)
     out |= {"detection_from_injection_s": decided - injected[1], "detection_from_start_s": decided - started,
             "abort_latency_s": None if back is None else back[1] - decided}
     return out
 
 
-def run_abort_trial(api: RolloutApi, spec: dict[str, Any], watcher: Watcher, refs: dict[str, str],
+def run_abort_trial(api: RolloutApi, model: str, refs: dict[str, str], watcher: Watcher,
                     timeout_s: float) -> dict[str, Any]:
-    rollout_id = api.start(spec, reason="benchmarks/rollout.py: abort trial")
+    """A rollout from the revision holding the traffic to the other of A and B, aborted at TRIAL_WEIGHT."""
+    origin = holder(api, model)
+    target = refs["A"] if origin != refs["A"] else refs["B"]
     started = time.monotonic()
-    split = watcher.wait_applied(share_of(refs["A"], TRIAL_WEIGHT), started, timeout_s)
+    rollout_id = api.start(trial_spec(model, target), reason="benchmarks/rollout.py: abort trial")
+    split = watcher.wait_applied(share_of(target, TRIAL_WEIGHT), started, timeout_s)
     if split is None:
+        wait_settled(api, rollout_id, 0.0)  # aborts it: the next trial needs the model free
         return {"id": rollout_id, "error": "the split never reached every gateway"}
     called = time.monotonic()
     api.abort(rollout_id, reason="benchmarks/rollout.py: abort trial")
-    back = watcher.wait_applied(only_on(refs["B"]), called, 60.0)
+    back = watcher.wait_applied(only_on(origin), called, 60.0)
     view = api.wait(rollout_id, lambda v: v["phase"] == "aborted", timeout_s)
     return {"id": rollout_id, "phase": view["phase"], "abort_latency_s": None if back is None else back[1] - called}
 
@@ -331,7 +345,7 @@ def abort_summary(operator: list[dict[str, Any]], regression: dict[str, Any]) ->
 
 def print_report(report: dict[str, Any]) -> None:
     cfg = report["config"]
-    print(f"\n{TRACE}: {cfg['rps']:g} req/s over {cfg['gateways']} gateway(s), {cfg['nodes']} node(s) of SmolLM2, "
+    print(f"\n{TRACE}: {cfg['rps']:g} req/s over {cfg['gateways']} gateway(s), {cfg['nodes']} node(s) of {cfg['model']}, "
           f"weights {cfg['weights']}, pause {cfg['pause_s']:g}s, analysis interval {cfg['interval_s']:g}s")
     print_table(report["goals"], [("metric", "metric", ""), ("value", "value", ""), ("goal", "goal", ""), ("met", "met", "")])
 
@@ -368,10 +382,10 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
         spec = rollout_spec(record.served_model, refs["B"], args.weight_steps, args.pause_s, args.interval_s)
         main = run_rollout(api, spec, traffic, timeout_s=900.0)
         log(f"rollout {main['phase']} in {main['wall_s']:.1f}s; regression {refs['B']} -> {refs['C']}")
-        regression = run_regression(api, regression_spec(record.served_model, refs["C"], args.interval_s), watcher, refs,
+        regression = run_regression(api, regression_spec(record.served_model, refs["C"], args.interval_s), watcher,
                                     offset, timeout_s=600.0)
-        log(f"regression {regression['phase']}; {args.trials - 1} abort trials {refs['B']} -> {refs['A']}")
-        operator = [run_abort_trial(api, trial_spec(record.served_model, refs["A"]), watcher, refs, 300.0)
+        log(f"regression {regression['phase']}; {args.trials - 1} abort trials")
+        operator = [run_abort_trial(api, record.served_model, refs, watcher, 300.0)
                     for _ in range(max(0, args.trials - 1))]
     finally:
         traffic.stop()
