@@ -18,17 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.contract import EngineAssignment
+from engine.contract import EngineAssignment, reference_engine_version
+from engine.contract.launch_flags import REFERENCE_FLAGS
 from engine.vllm import render_flags, render_vllm_command
 
 LOOPBACK = "127.0.0.1"
-# Flags rendered from the class for the reference engine; engine_args may not repeat them.
-REFERENCE_FLAGS = frozenset({
-    "model", "served-model-name", "role", "host", "port", "kv-cache-mib", "block-size", "max-model-len",
-    "max-num-seqs", "max-num-batched-tokens", "dtype", "kv-cache-dtype", "rope-scaling", "sampler",
-    "enable-prefix-caching", "enable-chunked-prefill", "kv-events-endpoint", "kv-events-replay-endpoint",
-    "engine-id", "hash-seed",
-})
+# REFERENCE_FLAGS: flags rendered from the class for the reference engine; engine_args may not repeat them.
 REFERENCE_KV_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -106,6 +101,7 @@ def reference_launch(
 ) -> EngineLaunch:
     """`python -m engine.reference ...` (engine/reference/cli_args.py: one flag per EngineConfig field)."""
     spec = assignment.spec
+    _check_engine_version(spec)
     argv = [python, "-m", "engine.reference", "--model", str(spec["weights"]),
             "--served-model-name", assignment.model, "--role", assignment.role, "--port", str(ports.http)]
     if host != LOOPBACK:
@@ -118,6 +114,14 @@ def reference_launch(
              "--engine-id", assignment.name, "--hash-seed", hash_seed]
     argv += render_flags(spec.get("engine_args") or {}, reserved=REFERENCE_FLAGS)
     return EngineLaunch(argv=argv)
+
+
+def _check_engine_version(spec: Mapping[str, Any]) -> None:
+    # A pinned version is a correctness field: another build of the engine may give other tokens. vLLM's
+    # version is not known before it runs; its engines are compared with their class once they report.
+    declared = spec.get("engine_version")
+    if declared is not None and declared != (running := reference_engine_version()):
+        raise LaunchError(f"engine_version {declared!r}: this node's reference engine is {running!r}")
 
 
 def _reference_sizes(spec: Mapping[str, Any]) -> list[str]:

@@ -73,9 +73,22 @@ def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> ManagedProces
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     """The agent's environment plus `extra`, with the source root on PYTHONPATH."""
-    env = {**os.environ, **extra}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
-    return env
+    return {**os.environ, **agent_set_env(extra)}
+
+
+def agent_set_env(extra: dict[str, str]) -> dict[str, str]:
+    """The variables the agent itself sets for an engine (what it reports as launched): `extra` and PYTHONPATH."""
+    merged = {**os.environ, **extra}
+    pythonpath = os.pathsep.join(p for p in (SOURCE_ROOT, merged.get("PYTHONPATH")) if p)
+    return {**extra, "PYTHONPATH": pythonpath}
+
+
+def command_line(pid: int) -> list[str]:
+    """The command line of a running process ([] when it cannot be read): what an adopted engine runs."""
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 
 def describe_exit(returncode: int) -> str:
@@ -115,6 +128,7 @@ class ProcessRecord:
     assignment: dict[str, Any]
     log_path: str
     restarts: int = 0
+    launched: dict[str, Any] | None = None  # LaunchedCommand JSON; None in records of older agents
 
 
 def write_record(directory: Path, record: ProcessRecord) -> None:

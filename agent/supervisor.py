@@ -13,6 +13,10 @@ Desired state is the controller's last assignment (`set_desired`) with the opera
 top. Before the first assignment arrives (agent just started, controller unreachable) the desired state is
 "what already runs", so re-adopted engines are kept and crash-restarted but nothing is started or stopped.
 
+Each engine's report also says what its process runs: the command line and environment it was launched
+with, and once it is ready, the engine's own account of its settings (agent.engine_config), for the
+controller's drift check.
+
 A crashed engine is restarted after a full-jitter backoff that grows with consecutive crashes (reset once an
 engine has stayed ready for `stable_after_s`); `restarts` and `last_exit` say so in its observed state.
 
@@ -34,18 +38,20 @@ import httpx
 
 from agent import engine_slot as es
 from agent import process as proc
-from agent.launch import LaunchError, PortBlock, port_layout, port_width, render_launch
+from agent.engine_config import fetch_reported, launched_command
+from agent.launch import LaunchError, PortBlock, backend_of, port_layout, port_width, render_launch
 from agent.metrics import parse_engine_metrics
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
-from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState
+from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState, LaunchedCommand, ReportedConfig
 
 log = logging.getLogger("fleetctl.agent.supervisor")
 
 BreakGlass = Literal["drain", "restart", "stop"]
 PROBE_TIMEOUT_S = 2.0
 KEEPALIVE_EXPIRY_S = 4.0  # idle probe connections dropped before the engine's uvicorn closes them (5 s)
+CONFIG_ASKS = 5  # times a ready engine is asked for its config before the agent stops asking
 
 
 @dataclass
@@ -55,6 +61,9 @@ class EngineSlot:
     state: es.Slot
     log_path: Path
     process: proc.ManagedProcess | None = None
+    launched: LaunchedCommand | None = None  # the command line and env of the running process
+    reported: ReportedConfig | None = None  # what the running process said it runs, once ready
+    config_asks: int = 0  # times the running process was asked for its config
 
     @property
     def name(self) -> str:
@@ -94,15 +103,18 @@ class Supervisor:
         return [a.model_copy(update={"drain": True}) if a.name in self.held else a for a in base]
 
     def observed(self) -> list[EngineObserved]:
-        return [self._observe(slot.state) for slot in self.slots.values()]
+        return [self._observe(slot) for slot in self.slots.values()]
 
-    def _observe(self, s: es.Slot) -> EngineObserved:
+    def _observe(self, slot: EngineSlot) -> EngineObserved:
+        s = slot.state
         a, ports = s.assignment, s.ports
+        running = s.pid is not None  # what a process runs is reported only while it runs
         return EngineObserved(
             name=a.name, model=a.model, class_ref=a.class_ref, role=a.role, state=s.state, pid=s.pid,
             port=ports.http if ports else None, url=self._url(s),
             kv_events_endpoint=f"tcp://{self.settings.url_host}:{ports.kv_events}" if ports else None,
             restarts=s.restarts, last_exit=s.last_exit, metrics=s.metrics,
+            launched=slot.launched if running else None, reported=slot.reported if running else None,
         )
 
     def _url(self, s: es.Slot) -> str | None:
@@ -147,6 +159,16 @@ class Supervisor:
     async def _probe_one(self, slot: EngineSlot, now: float) -> None:
         healthy = await self._get_ok(f"{self._url(slot.state)}/health")
         await self._apply(slot, es.HealthChecked(healthy), now)
+        if slot.state.state == "ready" and slot.reported is None and slot.config_asks < CONFIG_ASKS:
+            await self._ask_config(slot)
+
+    async def _ask_config(self, slot: EngineSlot) -> None:
+        """Once ready, the engine is asked what it runs (agent.engine_config); a few tries, then no more."""
+        slot.config_asks += 1
+        pid = slot.state.pid
+        reported = await fetch_reported(self._http, self._url(slot.state) or "", backend_of(slot.state.assignment))
+        if slot.state.pid == pid:  # still the process that was asked
+            slot.reported = reported
 
     async def _act(self, action: Action, now: float) -> None:
         if action.kind == "start":
@@ -231,9 +253,12 @@ class Supervisor:
         except (LaunchError, OSError) as exc:
             return es.SpawnFailed(f"launch failed: {exc}", ports)
         slot.process = process
+        slot.launched = launched_command(launch.argv, proc.agent_set_env(launch.env))
+        slot.reported, slot.config_asks = None, 0
         record = proc.ProcessRecord(
             name=assignment.name, pid=process.pid, create_time=process.create_time, port=ports.http,
             assignment=assignment.model_dump(mode="json"), log_path=str(slot.log_path), restarts=slot.state.restarts,
+            launched=slot.launched.model_dump(mode="json"),
         )
         proc.write_record(self.settings.records_dir, record)
         return es.Spawned(process.pid, ports)
@@ -294,7 +319,8 @@ class Supervisor:
             assignment = EngineAssignment(**record.assignment)
             ports = port_layout(record.port, assignment)
             state = es.adopted(assignment, process.pid, ports, record.restarts, self.clock())
-            self.slots[record.name] = EngineSlot(state=state, log_path=Path(record.log_path), process=process)
+            self.slots[record.name] = EngineSlot(state=state, log_path=Path(record.log_path), process=process,
+                                                 launched=_adopted_launch(record))
             adopted.append(record.name)
         return adopted
 
@@ -311,3 +337,15 @@ class Supervisor:
             for slot in live:
                 self._apply_local(slot, es.Abandon(), self.clock())
         await self._http.aclose()
+
+
+def _adopted_launch(record: proc.ProcessRecord) -> LaunchedCommand:
+    """What an adopted engine was launched with: as recorded by the agent that launched it; for a process
+    recorded without it (an older agent, or an engine started by hand and recorded for adoption), its command
+    line as the operating system shows it, and no environment (which variables were set for it is unknown)."""
+    if record.launched is not None:
+        try:
+            return LaunchedCommand.model_validate(record.launched)
+        except ValueError:
+            pass
+    return launched_command(proc.command_line(record.pid), {})

@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from fleetctl.controller.responses import (
     AuditEventView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
-    DeploymentSetResult, DeploymentView, EngineChange, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
+    DeploymentSetResult, DeploymentView, EngineChange, EngineDrift, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
     TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
 )
@@ -169,6 +169,11 @@ class ControllerCalls:
     @endpoint("GET", "/api/v1/status", FleetStatus)
     def status() -> Request:
         return Request()
+
+    @endpoint("GET", "/api/v1/drift", list[EngineDrift])
+    def live_drift(model: str | None = None) -> Request:
+        """Each running engine (of `model`) against its class revision: every difference, and its sources."""
+        return Request(params=_params(model=model))
 
     @endpoint("GET", "/api/v1/nodes", list[NodeView])
     def list_nodes() -> Request:

@@ -4,8 +4,13 @@ Every field is tagged `correctness` (it can change the tokens a request gets) or
 The tag drives config diffs, the traffic-split guard and rollout gating: two revisions whose correctness
 fields differ must not silently share a model's traffic.
 
+`engine_args` is tagged per flag: a flag is correctness-relevant unless it is on PERFORMANCE_ONLY_ENGINE_ARGS
+(a free-form flag such as `quantization` changes tokens, and an unknown flag is assumed to). `diff()` reports
+each flag as its own field `engine_args.FLAG` with that flag's tag.
+
 A revision is content-addressed: `digest()` hashes the canonical JSON of the spec, so applying identical
-content is a no-op and changed content becomes the next revision `NAME@rN`.
+content is a no-op and changed content becomes the next revision `NAME@rN`. An unset `engine_version` is
+left out of the hash, so the digest of content written before that field existed does not change.
 """
 
 from __future__ import annotations
@@ -30,6 +35,33 @@ REF_PATTERN = re.compile(r"^(?P<name>[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)@r(?P<re
 EngineArgName = Annotated[SafeStr, Field(min_length=1, max_length=100)]
 EngineArgValue = bool | Int64 | Finite | Annotated[SafeStr, Field(max_length=4000)]
 
+ENGINE_ARGS = "engine_args"
+# engine_args flags that cannot change the tokens a request gets, each with why. Any other flag is
+# correctness-relevant. Keys are flag names as rendered (dashes, no leading `--`): see engine_arg_flag().
+PERFORMANCE_ONLY_ENGINE_ARGS: dict[str, str] = {
+    "enforce-eager": "vLLM: runs the same kernels without CUDA-graph capture; like the batch limits, it changes only "
+                     "how steps are launched",
+    "max-num-partial-prefills": "vLLM: how many prefills may be chunked at once; a scheduling limit like max_num_seqs",
+    "max-long-partial-prefills": "vLLM: how many of those may be long prompts; a scheduling limit",
+    "long-prefill-token-threshold": "vLLM: the length that makes a prompt 'long' for that limit; scheduling only",
+    "disable-log-requests": "vLLM: request logging off (older spelling); logging only",
+    "enable-log-requests": "vLLM: request logging on (newer spelling); logging only",
+    "disable-log-stats": "vLLM: periodic stats logging off; logging only",
+    "uvicorn-log-level": "vLLM: the HTTP server's log level; logging only",
+    "swap-space": "vLLM (V0): CPU swap for preempted sequences; a preempted sequence resumes with the same KV "
+                  "(swapped back, or recomputed without it)",
+    "num-scheduler-steps": "vLLM (V0 only, removed in V1): decode steps per scheduler call; the same forward passes "
+                           "and sampling, fewer scheduler round trips",
+    "debug-step-delay-ms": "reference engine, test-only: sleeps before each engine step; adds latency, never "
+                           "changes tokens",
+    "drain-grace-s": "reference engine: how long in-flight requests may finish on a drain; lifecycle only",
+    "keepalive-interval-s": "reference engine: SSE keep-alive comments on long streams; no tokens in them",
+    "kv-transfer-timeout-s": "reference engine, P/D: a transfer that times out is recomputed, never answered "
+                             "differently",
+}
+# Not on the list on purpose: `num-threads` (torch's thread count can change the order of float sums on CPU),
+# `seed`, `quantization`, `speculative-config`, `generation-config` and anything unknown.
+
 
 def _tag(tag: str, description: str, **kwargs: Any) -> Any:
     return Field(description=description, json_schema_extra={"tag": tag}, **kwargs)
@@ -51,6 +83,10 @@ class ReplicaClassSpec(BaseModel):
     max_model_len: int = _tag(CORRECTNESS, "context window in tokens", default=2048, gt=0, le=1_048_576)
     rope_scaling: float | None = _tag(CORRECTNESS, "linear RoPE scaling factor", default=None, gt=0, le=1024, allow_inf_nan=False)
     sampler: Literal["exact", "approximate_topk"] = _tag(CORRECTNESS, "sampler implementation", default="exact")
+    engine_version: SafeStr | None = _tag(
+        CORRECTNESS, "the engine's own version: the reference engine's package version (fleetctl's), vLLM's version "
+        "or image digest; None: whatever the node runs (a diff from None to a version is still a change)",
+        default=None, min_length=1, max_length=200)
     # --- performance: cannot change tokens ---
     block_size: int = _tag(PERFORMANCE, "tokens per KV block", default=16, gt=0, le=256)
     enable_prefix_caching: bool = _tag(PERFORMANCE, "reuse KV of shared prompt prefixes", default=True)
@@ -62,13 +98,15 @@ class ReplicaClassSpec(BaseModel):
     tensor_parallel_size: int = _tag(PERFORMANCE, "vLLM: tensor parallel size", default=1, gt=0, le=64)
     pipeline_parallel_size: int = _tag(PERFORMANCE, "vLLM: pipeline parallel size", default=1, gt=0, le=64)
     data_parallel_size: int = _tag(PERFORMANCE, "vLLM: data parallel size", default=1, gt=0, le=64)
+    # --- per flag: correctness unless the flag is on PERFORMANCE_ONLY_ENGINE_ARGS ---
     engine_args: dict[EngineArgName, EngineArgValue] = _tag(
-        PERFORMANCE, "extra engine flags, e.g. {'enforce-eager': true}", default_factory=dict, max_length=64)
+        CORRECTNESS, "extra engine flags, e.g. {'enforce-eager': true}; tagged per flag (correctness unless on "
+        "PERFORMANCE_ONLY_ENGINE_ARGS)", default_factory=dict, max_length=64)
 
-    @field_validator("model", "weights", "weights_revision")
+    @field_validator("model", "weights", "weights_revision", "engine_version")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
             raise ValueError("must not be blank")
         return value
 
@@ -79,12 +117,16 @@ class ReplicaClassSpec(BaseModel):
         return self
 
     def digest(self) -> str:
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        content = self.model_dump(mode="json")
+        if content["engine_version"] is None:  # keeps digests of content from before the field existed
+            del content["engine_version"]
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def field_tags() -> dict[str, str]:
-    """field name -> 'correctness' | 'performance'."""
+    """field name -> 'correctness' | 'performance'. `engine_args` is 'correctness' here (an unknown flag may
+    change tokens); diff() refines it per flag with engine_arg_tag()."""
     return {name: (info.json_schema_extra or {})["tag"] for name, info in ReplicaClassSpec.model_fields.items()}
 
 
@@ -92,16 +134,55 @@ def correctness_fields() -> list[str]:
     return [name for name, tag in field_tags().items() if tag == CORRECTNESS]
 
 
+def engine_arg_flag(key: str) -> str:
+    """The flag an engine_args key renders as: 'enforce_eager', '--enforce-eager' -> 'enforce-eager'."""
+    return key.lstrip("-").replace("_", "-")
+
+
+def engine_arg_tag(key: str) -> str:
+    """A flag is performance-only when it is on the documented list; any other flag may change tokens."""
+    return PERFORMANCE if engine_arg_flag(key) in PERFORMANCE_ONLY_ENGINE_ARGS else CORRECTNESS
+
+
+def correctness_values(spec: ReplicaClassSpec) -> dict[str, Any]:
+    """The spec's correctness-tagged fields and their JSON values; engine_args only with its
+    correctness-relevant flags."""
+    values = spec.model_dump(mode="json")
+    shown = {name: values[name] for name in correctness_fields()}
+    shown[ENGINE_ARGS] = {flag: value for flag, value in _flags(spec).items() if engine_arg_tag(flag) == CORRECTNESS}
+    return shown
+
+
 def diff(old: ReplicaClassSpec, new: ReplicaClassSpec) -> list[dict[str, Any]]:
-    """Changed fields, each {field, tag, old, new}, correctness first."""
+    """Changed fields, each {field, tag, old, new}, correctness first. engine_args is reported per flag as
+    `engine_args.FLAG`, with None for a flag that one side does not set."""
     tags = field_tags()
     before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
     changes = [
         {"field": name, "tag": tags[name], "old": before[name], "new": after[name]}
         for name in ReplicaClassSpec.model_fields
-        if before[name] != after[name]
+        if name != ENGINE_ARGS and before[name] != after[name]
     ]
+    changes += _engine_arg_changes(_flags(old), _flags(new))
     return sorted(changes, key=lambda c: (c["tag"] != CORRECTNESS, c["field"]))
+
+
+def _flags(spec: ReplicaClassSpec) -> dict[str, Any]:
+    return {engine_arg_flag(key): value for key, value in spec.engine_args.items()}
+
+
+def _engine_arg_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    flags = sorted(set(before) | set(after))
+    return [
+        {"field": f"{ENGINE_ARGS}.{flag}", "tag": engine_arg_tag(flag), "old": before.get(flag), "new": after.get(flag)}
+        for flag in flags
+        if flag not in before or flag not in after or not _same(before[flag], after[flag])
+    ]
+
+
+def _same(a: Any, b: Any) -> bool:
+    # True == 1 == 1.0 in Python, but `--flag`, `--flag 1` and `--flag 1.0` are different command lines
+    return type(a) is type(b) and a == b
 
 
 def correctness_differences(old: ReplicaClassSpec, new: ReplicaClassSpec) -> list[str]:

@@ -4,7 +4,8 @@ Agents send these on every heartbeat (and serve them on their local API); the co
 passes the metrics on to the gateways' routing table. Every field is bounded so what validates can be
 stored: a PID is a PID, a port a port, `restarts` fits the 32-bit column, every figure is finite and
 non-negative, every string fits its column (`fields`). Unknown fields are ignored, so a newer agent can talk
-to an older controller.
+to an older controller; `launched` and `reported` (engine.contract.launched) default to None, so an older
+agent's beat still validates.
 
 `EngineMetrics` allows extra figures beyond the five named ones (an agent may report more of an engine's
 metrics; they pass through to the routing table): at most `MAX_EXTRA_METRICS`, each named by a
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.contract.bounds import Count32, Fraction, NonNegative, Pid, Port
 from engine.contract.engine_state import EngineState, Role
 from engine.contract.fields import ClassRef, EngineName, Endpoint, ExitText, ModelName
+from engine.contract.launched import LaunchedCommand, ReportedConfig
 
 MAX_EXTRA_METRICS = 64
 METRIC_NAME_MAX = 100
@@ -72,3 +74,7 @@ class EngineObserved(BaseModel):
     restarts: Count32 = Field(default=0, description="times the agent restarted this engine")
     last_exit: ExitText | None = Field(default=None, description="how the last process ended, e.g. 'signal SIGKILL', 'exit 1'")
     metrics: EngineMetrics = Field(default_factory=EngineMetrics, description="zeros until the first scrape")
+    launched: LaunchedCommand | None = Field(
+        default=None, description="the command line and environment the agent launched it with; None: unknown")
+    reported: ReportedConfig | None = Field(
+        default=None, description="the engine's own account of its settings; None until it is ready and asked")

@@ -5,7 +5,7 @@
 - /v1/completions, /v1/chat/completions: validated here, answered by engine.reference.server_generation (JSON
   or SSE). P/D: `kv_transfer_params.do_remote_decode` holds (and optionally pushes) the prompt's blocks and
   returns kv_transfer_params; `do_remote_prefill` loads them (engine.reference.kv_transfer).
-- /v1/models, /health, /tokenize, /detokenize, /reset_prefix_cache, /metrics, /drain, /kv/{pull,push,release}.
+- /v1/models, /v1/fleet/config (effective settings), /health, /tokenize, /detokenize, /reset_prefix_cache, /metrics, /drain, /kv/{pull,push,release}.
 - Every error is an OpenAI-style body {"error": {"message", "type", "param", "code"}}: engine.errors render
   themselves; pydantic validation errors become 400 naming the field (not FastAPI's 422), as in vLLM.
 - Draining (engine.reference.server_lifecycle): /health and new /v1 requests answer 503 with Retry-After,
@@ -31,6 +31,7 @@ from engine import protocol
 from engine.errors import EngineError, InvalidRequest, Unauthorized, openapi_error_responses
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from engine.reference.config import EngineConfig
+from engine.reference.config_report import effective_config
 from engine.reference.engine_port import EnginePort
 from engine.reference.kv_event_publisher import KVEventPublisher
 from engine.reference.kv_transfer import KVTransfer
@@ -216,6 +217,11 @@ def _admin_router(serving: Serving, auth: Callable) -> APIRouter:
     async def metrics() -> Response:
         serving.metrics.record_scheduler(engine.stats())
         return Response(serving.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @router.get("/v1/fleet/config", responses=openapi_error_responses())
+    async def fleet_config() -> dict:
+        """The effective settings (engine.reference.config_report): open, like /metrics; nothing secret."""
+        return effective_config(config, engine.num_blocks)
 
     @router.post("/tokenize", responses=openapi_error_responses(400))
     async def tokenize(body: protocol.TokenizeRequest) -> dict:

@@ -28,6 +28,7 @@ the control plane. Each field maps to one flag or environment variable (docs/age
 | engine_args                 | `--key value`; `--key` for True; `--no-key` for False                 |
 | sampler                     | "exact" renders nothing; "approximate_topk" is a reference-engine feature: an error |
 | kv_cache_mib, backend, model | not rendered (reference engine only / chosen by the caller)          |
+| engine_version              | not rendered: which vLLM runs is the node's; compared once it reports |
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.contract.launch_flags import VLLM_FLAGS
+
 ROLES = ("mixed", "prefill", "decode")
 KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
@@ -44,14 +47,8 @@ NIXL_TRANSFER_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 # KV dtypes every recent vLLM accepts under --kv-cache-dtype (vllm/config/cache.py CacheDType).
 VLLM_KV_DTYPES = ("auto", "fp8", "bfloat16")
 
-# Flags this module renders from spec fields; engine_args may not set them a second time.
-RENDERED_FLAGS = frozenset({
-    "model", "served-model-name", "port", "host", "revision", "tokenizer", "tensor-parallel-size",
-    "pipeline-parallel-size", "data-parallel-size", "max-model-len", "gpu-memory-utilization", "dtype",
-    "kv-cache-dtype", "hf-overrides", "block-size", "enable-prefix-caching", "prefix-caching-hash-algo",
-    "enable-chunked-prefill", "max-num-seqs", "max-num-batched-tokens", "kv-events-config",
-    "kv-transfer-config", "api-key",
-})
+# Flags this module renders from spec fields (engine.contract.launch_flags); engine_args may not set them again.
+RENDERED_FLAGS = VLLM_FLAGS
 
 
 class VllmRenderError(ValueError):

@@ -25,11 +25,17 @@ ENGINE_COLUMNS = [
     Column("RUNNING", lambda e: e["metrics"].get("num_requests_running")),
     Column("WAITING", lambda e: e["metrics"].get("num_requests_waiting")),
     Column("KV%", lambda e: _percent(e["metrics"].get("kv_cache_usage_perc"))),
+    Column("DRIFT", lambda e: _drift(e.get("drift") or [])),
 ]
 DEPLOYMENT_COLUMNS = [
     col("DEPLOYMENT", "name"), col("MODEL", "model"), col("CLASS", "class_ref"), col("ROLE", "role"),
     Column("READY", lambda d: f"{d['ready']}/{d['replicas']}"), col("PENDING", "pending"),
 ]
+
+
+def _drift(drift: list[dict[str, Any]]) -> str | None:
+    """The fields a running engine runs differently from its class revision (live drift), or none."""
+    return ",".join(dict.fromkeys(d["field"] for d in drift)) or None
 
 
 def _percent(value: Any) -> str | None:
@@ -45,7 +51,11 @@ def status(ctx: typer.Context, output: OutputOption = Format.table) -> None:
         return
     leader = "leader" if data.controller.leader else "follower"
     plain = to_plain(data)
-    sections = [(f"controller: {leader}", None, None)] + [
+    heading = f"controller: {leader}"
+    if data.drifted:
+        heading += (f"\ndrift: {data.drifted} engine(s) run a config that differs from their class revision "
+                    "(fleetctl class diff --live MODEL)")
+    sections = [(heading, None, None)] + [
         (title, rows, columns) for title, rows, columns in (
             ("NODES", plain["nodes"], NODE_COLUMNS),
             ("ENGINES", plain["engines"], ENGINE_COLUMNS),

@@ -1,10 +1,13 @@
-"""`fleetctl traffic get|set`: a model's weights over class revisions, and waiting until every live
+"""`fleetctl traffic get|set|shift`: a model's weights over class revisions, and waiting until every live
 gateway routes on them.
 
 `set` stores the weights (the controller's split guard may refuse: exit 5, one line), then polls
 `GET /api/v1/gateways` until every live gateway reports the routing generation that includes the change
 (or a later one), and says how long that took and which gateways. Stale gateways (not heard from for 3
 refresh intervals) are named but not waited for.
+
+`shift` moves the traffic to one revision in steps, each stored as by `set` and acknowledged before the
+next (fleetctl/cli/traffic_shift.py plans and runs the steps; this module wires them to the controller).
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from typing import Annotated, Any
 
 import typer
 
+from fleetctl.cli import traffic_shift as shift
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
+from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status, to_plain
 from fleetctl.client import ControllerClient
 from fleetctl.controller.responses import CorrectnessDifferenceView, GatewayView, TrafficView
-from fleetctl.errors import FleetError, ValidationFailed
+from fleetctl.errors import FleetError, Unavailable, ValidationFailed
 
 NAME = "traffic"
-app = typer.Typer(no_args_is_help=True, help="Traffic weights over class revisions: get, set.")
+app = typer.Typer(no_args_is_help=True, help="Traffic weights over class revisions: get, set, shift.")
 
 ModelArg = Annotated[str, typer.Argument(help="the model name clients ask for")]
 USAGE = "expected NAME@rN=WEIGHT, e.g. chat@r1=90 chat@r2=10"
@@ -38,7 +43,8 @@ SET_COLUMNS = [col("MODEL", "model"), col("RESULT", "result"), col("GENERATION",
                Column("APPLIED BY", lambda r: ",".join(r.get("applied", {}).get("gateways", [])))]
 SUMMARY_FIELDS = [("backend", "backend"), ("weights", "weights"), ("weights_revision", "rev"), ("tokenizer", "tokenizer"),
                   ("dtype", "dtype"), ("kv_cache_dtype", "kv"), ("max_model_len", "len"), ("rope_scaling", "rope"),
-                  ("sampler", "sampler")]
+                  ("sampler", "sampler"), ("engine_version", "engine")]
+OPTIONAL_FIELDS = frozenset({"tokenizer", "engine_version"})  # shown only when set
 
 
 # --- parsing and formatting (pure) ---
@@ -82,7 +88,8 @@ def format_weights(weights: dict[str, float]) -> str:
 def correctness_summary(fields: dict[str, Any]) -> str:
     """The correctness fields in one short cell: 'backend=reference weights=smollm2 rev=main dtype=float32 …'."""
     parts = [f"{label}={_short(fields.get(name))}" for name, label in SUMMARY_FIELDS
-             if not (name == "tokenizer" and fields.get(name) is None)]
+             if not (name in OPTIONAL_FIELDS and fields.get(name) is None)]
+    parts += [f"--{flag}={_short(value)}" for flag, value in (fields.get("engine_args") or {}).items()]
     return " ".join(parts)
 
 
@@ -137,19 +144,23 @@ def _stale_note(acks: Acks) -> str:
 
 
 def wait_applied(fetch: Callable[[], list[GatewayView]], generation: int, timeout_s: float, poll_s: float = POLL_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 say_done: bool = True) -> dict[str, Any]:
     """Poll `fetch` (the gateway list) until every live gateway is at or past `generation`; progress on
-    stderr. Returns {gateways, stale, seconds}. FleetError `apply_timeout` (exit 1) after `timeout_s`."""
+    stderr (the closing line only when `say_done`). Returns {gateways, stale, seconds}. FleetError
+    `apply_timeout` (exit 1) after `timeout_s`."""
     start, last = clock(), ""
     while True:
         gateways = fetch()
         acks = acknowledgements(gateways, generation)
         elapsed = clock() - start
         if acks.live == 0:
-            status(_nobody(gateways, acks))
+            if say_done:
+                status(_nobody(gateways, acks))
             return {"gateways": [], "stale": acks.stale, "seconds": round(elapsed, 3)}
         if acks.done:
-            status(done_line(acks, elapsed))
+            if say_done:
+                status(done_line(acks, elapsed))
             return {"gateways": acks.applied, "stale": acks.stale, "seconds": round(elapsed, 3)}
         if elapsed >= timeout_s:
             raise FleetError(_timeout_message(acks, timeout_s), code="apply_timeout")
@@ -247,3 +258,124 @@ def _describe(difference: CorrectnessDifferenceView) -> str:
     first, second = difference.between
     fields = ", ".join(f"{f.field} {_short(f.first)} -> {_short(f.second)}" for f in difference.fields)
     return f"{first} and {second} differ in {fields}"
+
+
+# --- traffic shift ---
+
+SHIFT_COLUMNS = [col("STEP", "step"), Column("SHARE", lambda r: f"{r['share']:g}%"), col("GENERATION", "generation"),
+                 Column("APPLIED BY", lambda r: ",".join(r["applied"]["gateways"])), col("WEIGHTS", "weights")]
+
+
+@app.command("shift")
+def shift_traffic(
+    ctx: typer.Context,
+    model: ModelArg,
+    to: Annotated[str, typer.Option("--to", help="the revision NAME@rN that has all the traffic at the end",
+                                    show_default=False)],
+    step: Annotated[float, typer.Option("--step", help="percentage points of traffic moved to --to per step")] = 10.0,
+    interval: Annotated[str, typer.Option(
+        "--interval", help="wait after each step is applied by every gateway: 30s, 2m, 1h or seconds")] = "30s",
+    allow_correctness_change: Annotated[bool, typer.Option(
+        "--allow-correctness-change",
+        help="split across revisions whose correctness fields differ (asks first; audited)")] = False,
+    reason: ReasonOption = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways, per step")] = 30.0,
+    yes: YesOption = False,
+    output: OutputOption = Format.table,
+) -> None:
+    """Move MODEL's traffic to --to in steps: each stored as by `traffic set`, applied by every live
+    gateway, then held for --interval. Ctrl-C stops it where it is and says where (exit 130)."""
+    to, interval_s = _shift_options(to, step, interval)
+    api = client(ctx)
+    _check_target(api, model, to)
+    start = dict(api.get_traffic(model).weights)
+    position = shift.Position(shift.plan_steps(start, to, step), start)
+    if not position.steps:
+        status(f"traffic {model}: {to} has all the traffic already; nothing to shift")
+        emit(shift.summary(model, to, step, interval_s, position, "unchanged"), output, SHIFT_COLUMNS)
+        return
+    if allow_correctness_change and not yes:
+        first = position.steps[0].weights
+        confirm(f"Allow a correctness change for {model} (first step {format_weights(first)})? "
+                f"{correctness_preview(api, first)}. This is audited.", yes)
+    status(f"shifting {model} to {to} in {len(position.steps)} step(s) of {step:g} points, {interval_s:g}s apart, "
+           f"from {shift.format_shares(start, to)}")
+    _run(api, model, to, step, interval_s, position, _shift_calls(api, model, to, position, allow_correctness_change,
+                                                                  reason, timeout), output)
+
+
+def _shift_options(to: str, step: float, interval: str) -> tuple[str, float]:
+    """The options checked before anything is read (ValidationFailed, exit 2, naming the option)."""
+    from fleetctl.controller.rollout.spec import parse_duration  # lazily: pydantic models, as replica_class
+    from fleetctl.replica_class import parse_ref
+
+    try:
+        parse_ref(to)
+    except ValueError as exc:
+        raise ValidationFailed(f"--to: {exc}", field="to") from None
+    if not (shift.MIN_STEP <= step <= 100):
+        raise ValidationFailed(f"--step: must be between {shift.MIN_STEP:g} and 100 percentage points, not {step:g}",
+                               field="step")
+    try:
+        return to, parse_duration(interval)
+    except ValueError as exc:
+        raise ValidationFailed(f"--interval: {exc}", field="interval") from None
+
+
+def _check_target(api: ControllerClient, model: str, to: str) -> None:
+    """--to must exist (NotFound, exit 3) and serve MODEL."""
+    served = api.get_class(to).spec.get("model")
+    if served != model:
+        raise ValidationFailed(f"--to: {to} serves {served!r}, not {model!r}", field="to")
+
+
+def _shift_calls(api: ControllerClient, model: str, to: str, position: shift.Position, allow: bool,
+                 reason: str | None, timeout_s: float) -> shift.ShiftCalls:
+    total = len(position.steps)
+
+    def store(step: shift.Step) -> int:
+        why = f"{reason}; " if reason else ""
+        return api.set_traffic(model, step.weights, allow, f"{why}traffic shift to {to}: step {step.number}/{total}").generation
+
+    return shift.ShiftCalls(
+        store=store,
+        acknowledge=lambda generation: wait_applied(api.list_gateways, generation, timeout_s, say_done=False),
+        sleep=time.sleep, report=status)
+
+
+def _run(api: ControllerClient, model: str, to: str, step: float, interval_s: float, position: shift.Position,
+         calls: shift.ShiftCalls, output: Format) -> None:
+    try:
+        shift.run_shift(position, to, interval_s, calls)
+    except KeyboardInterrupt:
+        stored = _read_back(api, model) if position.phase == shift.STORING else None
+        status(shift.interrupted_line(model, to, position, stored))
+        emit(shift.summary(model, to, step, interval_s, position, "interrupted"), output, SHIFT_COLUMNS)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except FleetError as exc:
+        raise _stopped(exc, model, to, position) from None
+    status(f"traffic {model}: all on {to} after {len(position.steps)} step(s)")
+    emit(shift.summary(model, to, step, interval_s, position, "completed"), output, SHIFT_COLUMNS)
+
+
+def _read_back(api: ControllerClient, model: str) -> dict[str, float] | None:
+    """The stored weights after an interrupted PUT; None when they cannot be read now."""
+    try:
+        return dict(api.get_traffic(model).weights)
+    except (Exception, KeyboardInterrupt):  # a second Ctrl-C, or the controller gone: say we do not know
+        return None
+
+
+def _stopped(exc: FleetError, model: str, to: str, position: shift.Position) -> FleetError:
+    """The step's error (same class, so the same exit code), saying where the weights were left."""
+    k, total = position.current, len(position.steps)
+    if position.phase == shift.ACKNOWLEDGING:
+        where = f"the shift stopped at step {k}/{total}"
+    elif isinstance(exc, Unavailable):  # the PUT may or may not have been stored
+        where = (f"traffic is at step {k - 1}/{total} or {k}/{total} (step 0: as before the shift); "
+                 f"check with `fleetctl traffic get {model}`")
+    elif k > 1:
+        where = f"traffic left at step {k - 1}/{total} ({shift.format_shares(position.step(k - 1).weights, to)})"
+    else:
+        return exc  # the first step was refused: nothing changed, and the refusal reads as `traffic set`'s
+    return type(exc)(f"step {k}/{total}: {exc.message}; {where}", code=exc.code, field=exc.field, status=exc.status)

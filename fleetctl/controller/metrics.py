@@ -9,13 +9,22 @@ at start.
 - `fleet_controller_reconcile_duration_seconds{reconciler}`: time of each run, snapshot to commit;
 - `fleet_controller_heartbeat_dropped_total{reason}`: accepted heartbeats the store refused and that were
   dropped (heartbeats.HeartbeatBuffer); `reason` is the driver's error class.
+- `fleet_engine_config_drift{engine, class_ref}`: 1 for a running engine whose config differs from its class
+  revision, 0 for one that matches (drift.py); engines with nothing to compare have no series. Read from
+  the store at each scrape, so every replica exports the same values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+log = logging.getLogger(__name__)
+
+DriftSample = tuple[str, str, bool]  # (engine, class_ref, drifted)
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes, as the engines serve it
 # A placement pass over a few nodes takes milliseconds; over a thousand, up to seconds.
@@ -37,6 +46,10 @@ class ControllerMetrics:
         self.heartbeat_dropped = Counter("fleet_controller_heartbeat_dropped", "Accepted heartbeats the store "
                                          "refused, dropped so the others are written.", ["reason"], registry=r)
 
+    def watch_drift(self, read: Callable[[], Iterable[DriftSample]]) -> None:
+        """Export `fleet_engine_config_drift` from `read()` at every scrape."""
+        self.registry.register(DriftCollector(read))
+
     def count_dropped_heartbeat(self, reason: str) -> None:
         self.heartbeat_dropped.labels(reason).inc()
 
@@ -55,3 +68,27 @@ class ControllerMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class DriftCollector:
+    """`fleet_engine_config_drift`, computed when scraped (a custom collector: no state to keep in step)."""
+
+    NAME = "fleet_engine_config_drift"
+    HELP = "1 when a running engine's config differs from its class revision, 0 when it matches."
+
+    def __init__(self, read: Callable[[], Iterable[DriftSample]]):
+        self.read = read
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["engine", "class_ref"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["engine", "class_ref"])
+        try:
+            samples = list(self.read())
+        except Exception:  # the store is down: the other metrics are still served; no series is "no data"
+            log.exception("reading engine drift for /metrics failed")
+            samples = []
+        for engine, class_ref, drifted in samples:
+            family.add_metric([engine, class_ref], 1.0 if drifted else 0.0)
+        yield family

@@ -3,8 +3,9 @@ tests/controller/test_migrations.py compares the two.
 
 Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
 assignments. Observed state: nodes (registration, heartbeat), engines (what agents report) and gateways
-(which routing table each applied). Rollouts: rollouts (spec and the machine's persisted state) and
-rollout_events (append-only history). Bookkeeping: api_tokens, audit_events (append-only), routing_state
+(which routing table each applied, and what each served per class revision). Rollouts: rollouts (spec and
+the machine's persisted state) and rollout_events (append-only history). Bookkeeping: api_tokens, audit_events
+(append-only), routing_state
 (the routing table's generation counter).
 """
 
@@ -105,6 +106,8 @@ class Engine(Base):
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     last_exit: Mapped[str | None] = mapped_column(Text)
     metrics: Mapped[dict[str, Any]]
+    launched: Mapped[dict[str, Any] | None]  # LaunchedCommand: argv and env the agent launched it with
+    reported: Mapped[dict[str, Any] | None]  # ReportedConfig: the engine's own account of its settings
     updated_at: Mapped[datetime]
 
 
@@ -169,6 +172,8 @@ class Gateway(Base):
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
     reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
+    # class_ref -> cumulative counters (contract.ServedCountersModel) from its latest report; None: it never sent any
+    served: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class FeatureFlag(Versioned, Base):

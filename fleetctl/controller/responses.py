@@ -61,6 +61,13 @@ class NodeView(ResponseModel):
     registered_at: str = Field(description="time of first registration")
 
 
+class DriftEntry(ResponseModel):
+    field: str = Field(description="the class field, engine_args.KEY, or argv.--FLAG for a flag no class field rendered")
+    declared: Any = Field(description="what the class revision declares, in the form the backend runs it")
+    actual: Any = Field(description="what the engine runs")
+    source: Literal["engine", "launch"] = Field(description="engine: the engine's own report; launch: its command line")
+
+
 class EngineView(ResponseModel):
     name: str = Field(description="engine name, unique on its node")
     node: str = Field(description="the node it is assigned to or runs on")
@@ -78,6 +85,20 @@ class EngineView(ResponseModel):
     last_exit: str | None = Field(description="how it last exited")
     metrics: dict[str, Any] = Field(description="the load figures the agent last scraped")
     updated_at: str | None = Field(description="time of the agent's last report; None while pending")
+    drift: list[DriftEntry] = Field(default_factory=list, description="how a running engine's config differs "
+                                    "from its class revision (live drift); empty when it does not, or is unknown")
+
+
+class EngineDrift(ResponseModel):
+    name: str = Field(description="the engine")
+    node: str = Field(description="its node")
+    model: str = Field(description="the model it serves")
+    class_ref: str = Field(description="the class revision it runs for, NAME@rN")
+    state: str = Field(description="starting | ready | draining")
+    drifted: bool = Field(description="any difference from the class revision")
+    checked: list[Literal["engine", "launch"]] = Field(description="the sources known: engine (its own report), "
+                                                        "launch (its command line); empty: nothing to compare")
+    drift: list[DriftEntry] = Field(description="every difference, engine-reported first")
 
 
 class NodeDetail(NodeView):
@@ -118,7 +139,7 @@ class ClassSummary(ResponseModel):
 
 
 class SpecChange(ResponseModel):
-    field: str = Field(description="the spec field")
+    field: str = Field(description="the spec field; engine_args.FLAG for one engine flag")
     tag: str = Field(description="correctness | performance")
     old: Any = Field(description="its value in the revision before")
     new: Any = Field(description="its value in this revision")
@@ -168,6 +189,7 @@ class FleetStatus(ResponseModel):
     nodes: list[NodeView] = Field(description="every node")
     engines: list[EngineView] = Field(description="every assigned or reported engine")
     deployments: list[DeploymentStatus] = Field(description="every deployment, with placement counts")
+    drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
 
 
 # --- traffic and flags ---
@@ -185,7 +207,8 @@ class RevisionTraffic(ResponseModel):
     weight: float = Field(description="its weight (0 when deployed but not weighted)")
     share: float = Field(description="its share of the positive weights, to 4 places")
     ready_engines: int = Field(description="ready, undrained engines on up nodes")
-    correctness: dict[str, Any] = Field(description="its correctness-tagged spec fields")
+    correctness: dict[str, Any] = Field(
+        description="its correctness-tagged spec fields (engine_args: only its correctness-relevant flags)")
 
 
 class TrafficView(ResponseModel):
@@ -270,7 +293,7 @@ class AuditEventView(ResponseModel):
 
 __all__ = [
     "AuditEventView", "ClassApplied", "ClassHistoryEntry", "ClassRevisionView", "ClassSummary", "ControllerInfo",
-    "CorrectnessDifferenceView", "DeploymentDeleted", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
+    "CorrectnessDifferenceView", "DeploymentDeleted", "DriftEntry", "EngineDrift", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
     "EngineChange", "EngineView", "FieldDifference", "FlagSetResult", "FlagValue", "FlagView", "FleetStatus",
     "GatewayView", "Health", "HeartbeatResponse", "NodeCapacity", "NodeChange", "NodeDetail", "NodeView",
     "RegisterResponse", "ResponseModel", "RevisionTraffic", "RoutingEngine", "RoutingModel", "RoutingTable",

@@ -9,24 +9,25 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
   gateway refresh stamps it). No live gateway at all: nothing to wait for;
 - `ready`: ready, routable, undrained engines per revision (traffic.ready_engines);
 - `desired`: engines the model's deployments ask for, per revision (all roles);
-- `drifted`, `served`: read through `served_and_drifted`, the one seam for the gateway counters and the
-  live drift detection;
+- `served`: every gateway's latest per-revision counters (gateways.served_by_gateway);
+- `drifted`: engines of A or B whose running config differs from their class (drift.drifted_engines);
 - `quality`: None (not measured) for every revision until the golden-set canary exists.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fleetctl.controller import views
-from fleetctl.controller.gateways import is_stale
+from fleetctl.controller.drift import drifted_engines
+from fleetctl.controller.gateways import is_stale, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState, TrafficPolicy
-from fleetctl.controller.rollout.state import Observations, ServedByGateway
+from fleetctl.controller.rollout.state import Observations
 from fleetctl.controller.routing_generation import ROW_ID, content_digest
 from fleetctl.controller.traffic import ready_engines
 
@@ -36,7 +37,8 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
     """The observations of `model`'s rollout between `refs` (A and B). `acknowledged` may be passed when
     the caller computed it once for several rollouts (`routing_acknowledged`)."""
     refs = sorted(set(refs))
-    served, drifted = served_and_drifted(session, model, refs)
+    served = served_by_gateway(session, refs)
+    drifted = {ref: engines for ref, engines in drifted_engines(session, model).items() if ref in refs}
     ready = ready_engines(session, refs)
     return Observations(
         weights=model_weights(session, model),
@@ -48,16 +50,6 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
         quality={ref: None for ref in refs},
         frozen=False,  # break-glass freeze is not built yet; the machine already pauses on it
     )
-
-
-def served_and_drifted(session: Session, model: str, refs: list[str]) -> tuple[ServedByGateway, Mapping[str, tuple[str, ...]]]:
-    """SEAM, wired when the gateway counters and live drift detection are merged:
-    - served: `served_by_gateway(session, refs)` (gateway -> class_ref -> ServedCounters);
-    - drifted: `drifted_engines(session, model)` (class_ref -> engines whose running config differs).
-    Until then nothing is served (analysis is inconclusive, never a pass) and nothing has drifted."""
-    served: ServedByGateway = {}
-    drifted: Mapping[str, tuple[str, ...]] = {}
-    return served, drifted
 
 
 def model_weights(session: Session, model: str) -> dict[str, float]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from fleetctl.controller import drift
 from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.db import Store, migrate
 from fleetctl.controller.heartbeats import HeartbeatBuffer
@@ -58,6 +59,7 @@ class ControllerRuntime:
         self.env_token_sha256 = hash_token(settings.bootstrap_token) if settings.bootstrap_token else None
         self.tokens = TokenCache(settings.token_cache_s)
         self.metrics = ControllerMetrics()
+        self.metrics.watch_drift(self._drift_samples)
         # None: every heartbeat is written in its own transaction (heartbeat_flush_s = 0)
         self.heartbeats = HeartbeatBuffer(
             self.store, self.wake, clock=clock, on_dropped=self.metrics.count_dropped_heartbeat) if settings.heartbeat_flush_s > 0 else None
@@ -108,6 +110,11 @@ class ControllerRuntime:
             raise report.errors[PLACEMENT]
         placement = report.results.get(PLACEMENT)
         return placement.report if placement is not None else None
+
+    def _drift_samples(self) -> list[tuple[str, str, bool]]:
+        """(engine, class_ref, drifted) of every running engine with something to compare (the metric)."""
+        with self.store.session() as session:
+            return [(e.name, e.class_ref, e.drifted) for e in drift.engine_drift(session) if e.checked]
 
     def flush_heartbeats(self) -> None:
         if self.heartbeats is not None:

@@ -29,7 +29,7 @@ from fleetctl.controller.traffic_guard import (
     correctness_differences,
 )
 from fleetctl.errors import Conflict, FleetError, NotFound, ValidationFailed
-from fleetctl.replica_class import ReplicaClassSpec, correctness_fields
+from fleetctl.replica_class import ReplicaClassSpec, correctness_fields, correctness_values
 
 READY = "ready"
 
@@ -130,8 +130,8 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
 
 
 def _revision_view(ref: str, weight: float, total: float, ready: int, spec: ReplicaClassSpec | None) -> dict[str, Any]:
-    values = spec.model_dump(mode="json") if spec is not None else {}
+    values = correctness_values(spec) if spec is not None else {name: None for name in correctness_fields()}
     return {
         "ref": ref, "weight": weight, "share": round(weight / total, 4) if total > 0 and weight > 0 else 0.0,
-        "ready_engines": ready, "correctness": {name: values.get(name) for name in correctness_fields()},
+        "ready_engines": ready, "correctness": values,
     }

@@ -4,7 +4,8 @@ over a snapshot (the weights asked for, the specs of the revisions they name, re
 Why: a load-balancing change once sent short requests to long-context servers, 16% of requests at the
 worst hour, with availability normal. Routing between classes is a correctness surface, so a split over
 revisions whose correctness-tagged fields differ (weights, tokenizer, dtype, KV dtype, context window,
-RoPE scaling, sampler, backend) is refused unless the caller explicitly allows it (and that is audited).
+RoPE scaling, sampler, backend, engine version, and each engine_args flag not on the performance-only list,
+named `engine_args.FLAG`) is refused unless the caller explicitly allows it (and that is audited).
 
 Refusals, in the order they are reported:
 - 422 (the input is invalid): a weight that is negative or not finite (`invalid_weight`); a name that is not

@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import routing_generation
+from engine.contract import RUNNING_STATES
+from fleetctl.controller import drift, routing_generation
 from fleetctl.controller.deployments import deployment_view
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
 from fleetctl.controller.nodes import node_view
@@ -32,7 +33,16 @@ def engines(session: Session, node: str | None = None, name: str | None = None) 
     assigned = {(a.node, a.name): a for a in session.execute(assigned_q).scalars()}
     observed = {(e.node, e.name): e for e in session.execute(observed_q).scalars()}
     keys = sorted(set(assigned) | set(observed), key=lambda k: (k[1], k[0]))
-    return [_engine_view(assigned.get(key), observed.get(key)) for key in keys]
+    differences = _drift(session, observed.values())
+    return [_engine_view(assigned.get(key), observed.get(key), differences.get(key)) for key in keys]
+
+
+def _drift(session: Session, observed: Any) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(node, name) -> the differences of each running engine from its class revision (drift.py)."""
+    running = [e for e in observed if e.state in RUNNING_STATES]
+    specs = drift.class_specs(session, {e.class_ref for e in running})
+    return {(e.node, e.name): [d.as_dict() for d in drift.drift_of_row(e, specs[e.class_ref]).drift]
+            for e in running if e.class_ref in specs}
 
 
 def engine(session: Session, name: str) -> dict[str, Any]:
@@ -43,7 +53,7 @@ def engine(session: Session, name: str) -> dict[str, Any]:
     return (assigned or found)[0]
 
 
-def _engine_view(a: Assignment | None, e: Engine | None) -> dict[str, Any]:
+def _engine_view(a: Assignment | None, e: Engine | None, differences: list[dict[str, Any]] | None) -> dict[str, Any]:
     source: Any = e if e is not None else a
     return {
         "name": source.name, "node": source.node, "deployment": a.deployment if a else None,
@@ -53,6 +63,7 @@ def _engine_view(a: Assignment | None, e: Engine | None) -> dict[str, Any]:
         "kv_events_endpoint": e.kv_events_endpoint if e else None,
         "restarts": e.restarts if e else 0, "last_exit": e.last_exit if e else None,
         "metrics": e.metrics if e else {}, "updated_at": e.updated_at.isoformat() if e else None,
+        "drift": differences or [],
     }
 
 
@@ -82,6 +93,7 @@ def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
         "nodes": nodes(session, now),
         "engines": engine_views,
         "deployments": deployments(session, engine_views),
+        "drifted": sum(bool(view["drift"]) for view in engine_views),
     }
 
 

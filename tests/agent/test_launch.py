@@ -72,3 +72,13 @@ def test_a_class_made_slow_through_engine_args_starts_a_slow_engine():
     argv = render_launch(assignment(engine_args={"debug-step-delay-ms": 40}), PORTS, hash_seed="0").argv
     assert argv[-2:] == ["--debug-step-delay-ms", "40"]
     assert config_from_args(build_parser().parse_args(argv[3:])).debug_step_delay_ms == 40
+
+
+def test_a_pinned_engine_version_runs_only_on_that_reference_engine():
+    from engine.contract import reference_engine_version
+
+    running = reference_engine_version()
+    argv = render_launch(assignment(engine_version=running), PORTS, hash_seed="0").argv
+    assert "--engine-version" not in argv and running not in argv  # a class field, never a flag
+    with pytest.raises(LaunchError, match=f"engine_version '9.9.9': this node's reference engine is '{running}'"):
+        render_launch(assignment(engine_version="9.9.9"), PORTS, hash_seed="0")

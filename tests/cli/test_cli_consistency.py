@@ -23,12 +23,12 @@ from fleetctl.cli.main import app
 
 READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
-    "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines",
+    "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
-    "down", "agent drain", "agent restart", "agent stop",
+    "traffic shift", "down", "agent drain", "agent restart", "agent stop",
     "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
 }
 OTHER = {

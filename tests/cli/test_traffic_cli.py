@@ -1,96 +1,22 @@
 """`fleetctl traffic get|set` end to end against a real controller on loopback. A minimal agent loop
 (real heartbeats) keeps the engines ready; gateways are the real routing-table cache and reporter
-(fleetctl.gateway.routing_table, fleetctl.gateway.table_reporter) polling and reporting over HTTP."""
+(traffic_helpers.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
+
 import pytest
 import yaml
 from cli_helpers import Fleet, ok, one_error_line
+from traffic_helpers import MODEL, SPEC, gateway, serving, wait_listed
 from typer.testing import CliRunner
 
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.main import app
-from fleetctl.client import AsyncControllerClient, ControllerClient
 from fleetctl.controller.server import free_port
-from fleetctl.gateway.routing_table import RoutingTableCache
-from fleetctl.gateway.table_reporter import report_applied
-
-MODEL = "smollm2-135m"
-SPEC = {"model": MODEL, "weights": "smollm2"}
-
-
-@contextmanager
-def agent(fleet: Fleet, node: str = "n1") -> Iterator[None]:
-    """Heartbeats every 50 ms, reporting every assigned engine ready."""
-    stop = threading.Event()
-    client = ControllerClient(fleet.server.url, fleet.tokens["agent"])
-    client.register_agent({"node": node, "url": f"http://{node}", "labels": {}, "capacity": {"engines": 4, "kv_mib": 1},
-                           "agent_version": "test"})
-
-    def loop() -> None:
-        generation, engines = 0, []
-        while not stop.is_set():
-            reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
-            generation = reply.generation
-            engines = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role,
-                        "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}} for a in reply.assignment]
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        client.close()
-
-
-@contextmanager
-def gateway(fleet: Fleet, name: str, stuck_at: int | None = None) -> Iterator[None]:
-    """A gateway's control loop: refresh the routing table every 50 ms and report the generation it
-    applied (or, when `stuck_at`, always that one: a gateway that cannot apply new tables)."""
-    stop = threading.Event()
-
-    async def loop() -> None:
-        async with AsyncControllerClient(fleet.server.url, fleet.tokens["viewer"]) as client:
-            cache = RoutingTableCache(client, refresh_interval_s=0.05)
-            while not stop.is_set():
-                await cache.refresh_once()
-                if cache.table is not None:
-                    generation = cache.table.generation if stuck_at is None else stuck_at
-                    await report_applied(client, name, f"http://{name}:8000", generation, cache.age_s() or 0.0,
-                                         refresh_interval_s=0.5)  # stale only after 1.5 s of silence
-                await asyncio.sleep(0.05)
-
-    thread = threading.Thread(target=lambda: asyncio.run(loop()), daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-
-
-def serving(fleet: Fleet, stack: ExitStack) -> None:
-    """chat@r1 (2k context) and chat@r2 (8k context), one ready engine each."""
-    stack.enter_context(agent(fleet))
-    with fleet.client() as client:
-        client.apply_class("chat", SPEC)
-        client.apply_class("chat", {**SPEC, "max_model_len": 8192})
-        client.set_deployment("chat-r1", "chat@r1", 1)
-        client.set_deployment("chat-r2", "chat@r2", 1)
-        deadline = time.monotonic() + 20
-        while [r.ready_engines for r in client.get_traffic(MODEL).revisions] != [1, 1]:
-            assert time.monotonic() < deadline, client.get_traffic(MODEL)
-            time.sleep(0.05)
 
 
 @pytest.fixture
@@ -203,12 +129,3 @@ def test_a_gateway_that_does_not_apply_the_change_times_the_wait_out(served: Fle
     assert "not applied within 1s by: gw-stuck (at 0); the change is stored, 1/2 gateway(s) applied it" in line
     with served.client() as client:
         assert client.get_traffic(MODEL).weights == {"chat@r2": 1.0}
-
-
-def wait_listed(fleet: Fleet, names: set[str]) -> None:
-    deadline = time.monotonic() + 10
-    with fleet.client() as client:
-        while {g.name for g in client.list_gateways() if not g.stale} < names:
-            assert time.monotonic() < deadline, client.list_gateways()
-            time.sleep(0.05)
-

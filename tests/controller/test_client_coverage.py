@@ -183,7 +183,8 @@ def run_one_ready_engine(call: Checked) -> str:
     (assigned,) = beat.assignment
     observed = {"name": assigned.name, "model": assigned.model, "class_ref": assigned.class_ref, "role": assigned.role,
                 "state": "ready", "url": "http://n1:8100", "port": 8100, "pid": 42, "restarts": 0,
-                "metrics": {"num_requests_running": 1.0}}
+                "metrics": {"num_requests_running": 1.0},
+                "reported": {"source": "reference", "version": "0.1.0", "settings": {"kv_cache_dtype": "bfloat16"}}}
     call("agent", "heartbeat", {"node": NODE, "generation": beat.generation, "engines": [observed], "cut_off_s": 1.5})
     return assigned.name
 
@@ -198,6 +199,9 @@ def test_fleet_reads_and_drains_round_trip(checked: Checked) -> None:
     assert detail.cut_off_s == 1.5 and [e.name for e in detail.engine_list] == [engine]
     assert checked("viewer", "list_engines", node=NODE)[0].metrics["num_requests_running"] == 1.0
     assert checked("viewer", "get_engine", engine).state == "ready"
+    (drifted,) = checked("viewer", "live_drift", model="smollm2-135m")
+    assert (drifted.name, drifted.drifted, drifted.drift[0].field) == (engine, True, "kv_cache_dtype")
+    assert status.drifted == 1 and status.engines[0].drift[0].actual == "bfloat16"
     assert checked("operator", "drain_engine", engine, reason="test").result == "changed"
     assert checked("operator", "cordon_node", NODE).cordoned is True
     assert checked("operator", "drain_node", NODE).draining is True

@@ -70,6 +70,7 @@ EXPECTED_ERRORS = {
     ("post", "/v1/chat/completions"): {400, 401, 502, 503},
     ("get", "/health"): {503},
     ("get", "/metrics"): set(),
+    ("get", "/v1/fleet/config"): set(),
     ("post", "/tokenize"): {400},
     ("post", "/detokenize"): {400},
     ("post", "/reset_prefix_cache"): {401},

@@ -55,3 +55,15 @@ def test_engine_killed_with_sigkill_is_restarted_and_reported(tiny_fleet):
     assert after["url"] == before["url"]  # its ports were free again, so its URL is kept
     assert complete(after["url"])["choices"]
     assert engines_by_name(tiny_fleet)["local-0"]["restarts"] == 0  # the other engine was not touched
+
+
+def test_engines_the_agents_launch_report_their_launch_and_config_and_do_not_drift(tiny_fleet):
+    wait_until(lambda: converged(tiny_fleet, replicas=2), 60, "2 ready engines")
+    engine = engines_by_name(tiny_fleet)["local-0"]
+    assert engine["launched"]["argv"][1:3] == ["-m", "engine.reference"]
+    assert "PYTHONPATH" in engine["launched"]["env"]
+    with controller(tiny_fleet) as api:
+        checked = wait_until(lambda: (d := api.live_drift(model="tiny")) and all(len(e.checked) == 2 for e in d) and d,
+                             30, "both engines' launch and config reported")
+        assert [(e.name, e.drifted) for e in checked] == [("local-0", False), ("local-1", False)]
+        assert api.status().drifted == 0
