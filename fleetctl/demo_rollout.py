@@ -9,8 +9,8 @@ a user would type, run as a subprocess.
    compares B's p90 inter-token latency with A's: the gate fails, the rollout aborts (`watch` exits 8) and
    `fleetctl traffic get MODEL` shows all traffic back on A.
 
-Meanwhile a few client threads send chat requests through the gateway and count, per class revision, what
-was answered and what failed.
+Meanwhile a few client threads send streamed chat requests through the gateway (the gateway measures TTFT
+and inter-token latency on streams) and count, per class revision, what was answered and what failed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import subprocess
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import yaml
 
 from fleetctl.localfleet.processes import child_env, fleetctl_argv
 
-SLOW_STEP_MS = 150
+SLOW_STEP_MS = 300  # well past A's inter-token latency even on a busy machine
 WORKERS = 3
 WATCH_TIMEOUT = "180"  # seconds: a demo that goes wrong says so instead of hanging
 QUESTIONS = ["Name a planet.", "What colour is the sky?", "Say hello in French.", "Count to five."]
@@ -68,24 +69,36 @@ class LiveRequests:
                 index += WORKERS
 
     def _one(self, client: httpx.Client, question: str) -> None:
+        """One streamed request (the gateway measures TTFT and inter-token latency on streams)."""
         body = {"model": self.model, "messages": [{"role": "user", "content": question}],
-                "max_tokens": self.max_tokens, "temperature": 0}
+                "max_tokens": self.max_tokens, "temperature": 0, "stream": True}
         try:
-            response = client.post(f"{self.gateway}/v1/chat/completions", json=body)
+            with client.stream("POST", f"{self.gateway}/v1/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    self._record(None, f"HTTP {response.status_code}: {response.read().decode(errors='replace')[:120]}")
+                    return
+                served_by = response.headers.get("x-fleet-served-by", "?").split(" ")[0]
+                self._record(served_by, _stream_failure(response.iter_lines()))
         except httpx.HTTPError as exc:
             self._record(None, f"{type(exc).__name__}: {exc}")
-            return
-        if response.status_code != 200:
-            self._record(None, f"HTTP {response.status_code}: {response.text[:120]}")
-            return
-        self._record(response.headers.get("x-fleet-served-by", "?").split(" ")[0], None)
 
     def _record(self, served_by: str | None, failure: str | None) -> None:
+        """An answer served by `served_by`, or a failure (counted apart from any revision)."""
         with self._lock:
             if failure is not None:
                 self.failures.append(failure)
             else:
                 self.served[served_by or "?"] += 1
+
+
+def _stream_failure(lines: Iterator[str]) -> str | None:
+    """Why a stream failed (an in-band error, or no [DONE]); None when it completed."""
+    for line in lines:
+        if line.startswith('data: {"error"'):
+            return line[6:126]
+        if line == "data: [DONE]":
+            return None
+    return "the stream ended before [DONE]"
 
 
 def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> bool:
