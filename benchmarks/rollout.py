@@ -17,7 +17,8 @@ output tokens, `--rps` requests/s over all gateways in turn) runs from start to 
 3. **Regression**: a rollout from B (or A, if the rollout did not complete) to C = B made slow (`engine_args: {debug-step-delay-ms: --slow-ms}`,
    the reference engine's test-only per-step delay; tokens unchanged): `scale`, setWeight 50, an analysis
    whose template measures p90 inter-token latency and p90 TTFT against 1.5 x the baseline every
-   `--interval-s`, failureLimit 0. The gate should abort it.
+   `--interval-s`, failureLimit 0, inconclusiveLimit 2 (a first window in which too few of C's slow
+   requests finished is not the end of the measurement). The gate should abort it.
 4. **Abort trials** (`--trials`, minus the regression's one): a rollout from the revision holding the
    traffic (B, after a completed rollout) to the other of A and B (`replicas: 1`; `scale`, setWeight 10, an
    indefinite pause), aborted by the operator once every gateway routes 10% to it.
@@ -75,7 +76,7 @@ WARM_UP_S = 10.0
 TERMINAL = ("completed", "aborted")
 INCONCLUSIVE = "InconclusiveAnalysisRun"
 FULL = {"baseline_s": 60.0, "pause_s": 20.0, "interval_s": 10.0, "trials": 20}
-QUICK = {"baseline_s": 20.0, "pause_s": 5.0, "interval_s": 6.0, "trials": 4}
+QUICK = {"baseline_s": 20.0, "pause_s": 5.0, "interval_s": 10.0, "trials": 4}
 REGRESSION_WEIGHT = 50  # percent to the slow revision while its analysis runs
 TRIAL_WEIGHT = 10  # percent to B when an abort trial aborts
 
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline-s", type=float, help="traffic on A alone before the rollout [60; quick 20]")
     p.add_argument("--weights", default="10,25,50,100", help="the rollout's setWeight steps")
     p.add_argument("--pause-s", type=float, help="the pause after each weight below 100 [20; quick 5]")
-    p.add_argument("--interval-s", type=float, help="analysis measurement interval [10; quick 6]")
+    p.add_argument("--interval-s", type=float, help="analysis measurement interval [10]")
     p.add_argument("--slow-ms", type=int, default=100, help="the regression's debug-step-delay-ms")
     p.add_argument("--trials", type=int, help="abort trials in all, the regression's one included [20; quick 4]")
     p.add_argument("--table-refresh-s", type=float, default=0.5, help="the gateways' routing-table refresh")
@@ -181,7 +182,7 @@ def rollout_spec(model: str, to: str, weights: list[int], pause_s: float, interv
 def regression_spec(model: str, to: str, interval_s: float) -> dict[str, Any]:
     latency = {"metrics": [
         {"name": name, "measure": measure, "successCondition": "result <= 1.5 * baseline", "interval": f"{interval_s:g}s",
-         "count": 3, "failureLimit": 0, "minRequests": 3}
+         "count": 3, "failureLimit": 0, "inconclusiveLimit": 2, "minRequests": 3}
         for name, measure in (("itl", "itl_p90_s"), ("ttft", "ttft_p90_s"))
     ]}
     steps = [{"scale": {}}, {"setWeight": REGRESSION_WEIGHT}, {"analysis": {"templates": ["latency"]}}, {"setWeight": 100}]
