@@ -1,5 +1,6 @@
 """`make demo` (`python -m fleetctl.demo`): a local fleet serving SmolLM2, a few chat requests, the fleet's
-status, then `fleetctl down` (unless --keep).
+status, two rollouts under live requests (one completes; one to engines made slow is aborted by its
+latency gate: fleetctl/demo_rollout.py), then `fleetctl down` (unless --keep).
 
 Every step is the command a user would type (`fleetctl up --detach`, `fleetctl status`, `fleetctl down`),
 run as a subprocess, so the demo shows the real path. Requests go through the gateway, which routes each one
@@ -13,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ from agent.ports import port_is_free
 from engine.contract import REFERENCE_MODELS
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
+from fleetctl.demo_rollout import run_rollouts
 from fleetctl.localfleet.processes import child_env, fleetctl_argv
 
 QUESTIONS = [
@@ -35,15 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     fleet = _up(args)
     if fleet is None:
         return 1
+    env = {"FLEET_CONTROLLER": fleet["controller_url"], "FLEET_TOKEN": _token(fleet)}
+    ok = True
     try:
         _ask(fleet, args.max_tokens)
-        _run(["status"], {"FLEET_CONTROLLER": fleet["controller_url"], "FLEET_TOKEN": _token(fleet)})
+        _run(["status"], env)
+        if args.rollouts:
+            ok = run_rollouts(fleet, env, Path(fleet["state_dir"]) / "demo")
     finally:
         if args.keep:
             print(f"\nthe fleet keeps running; stop it with: fleetctl down --state-dir {fleet['state_dir']}")
         else:
             _run(["down", "--state-dir", fleet["state_dir"]])
-    return 0
+    return 0 if ok else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=2, help="agents (one engine each)")
     parser.add_argument("--model", choices=REFERENCE_MODELS, default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
+    parser.add_argument("--no-rollouts", dest="rollouts", action="store_false", help="skip the two rollouts")
     return parser
 
 
