@@ -52,7 +52,7 @@ PERFORMANCE_ONLY_ENGINE_ARGS: dict[str, str] = {
                   "(swapped back, or recomputed without it)",
     "num-scheduler-steps": "vLLM (V0 only, removed in V1): decode steps per scheduler call; the same forward passes "
                            "and sampling, fewer scheduler round trips",
-    "debug-step-delay-ms": "reference engine, test-only: sleeps before each engine step; adds latency, never "
+    "debug-step-delay-ms": "reference engine, test-only: waits after the forward pass of each step that computes tokens; adds latency, never "
                            "changes tokens",
     "drain-grace-s": "reference engine: how long in-flight requests may finish on a drain; lifecycle only",
     "keepalive-interval-s": "reference engine: SSE keep-alive comments on long streams; no tokens in them",

@@ -34,11 +34,12 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from fleetctl.controller import rollout_observations
 from fleetctl.controller.db import Store
-from fleetctl.controller.models import ClassRevision, Rollout, RolloutEvent
+from fleetctl.controller.models import ClassRevision, Rollout, RolloutEvent, TrafficPolicy
 from fleetctl.controller.rollout import commands
 from fleetctl.controller.rollout.analysis import quality_unavailable
 from fleetctl.controller.rollout.spec import RolloutSpec
 from fleetctl.controller.rollout.state import TERMINAL, RolloutState
+from fleetctl.controller.traffic import set_traffic
 from fleetctl.controller.traffic_guard import CORRECTNESS_CHANGE_ALLOWED, positive_refs
 from fleetctl.controller.versions import check_version
 from fleetctl.errors import Conflict, NotFound, ValidationFailed
@@ -145,6 +146,15 @@ def check_quality(spec: RolloutSpec, session: Session, model: str, refs: list[st
         raise Conflict(why, code="quality_gate_unavailable", field="spec.templates")
 
 
+def pin_current_traffic(session: Session, model: str, a_ref: str, actor: str, now: datetime) -> None:
+    """Store {A: 100} when the model has no traffic policy. Without one the routing table spreads the
+    model's traffic over every deployed revision, so B's deployments would get traffic the moment `scale`
+    creates them, before their engines are ready. A is the only deployed revision here (else `from` had
+    to be named and the policy exists), so this changes no routing."""
+    if session.get(TrafficPolicy, model) is None:
+        set_traffic(session, model, {a_ref: 100.0}, allow_correctness_change=False, actor=actor, now=now)
+
+
 def active_rollout(session: Session, model: str) -> Rollout | None:
     return session.execute(select(Rollout).where(Rollout.active_model == model)).scalar_one_or_none()
 
@@ -170,6 +180,7 @@ def start(session: Session, raw_spec: Any, actor: str, now: datetime) -> Started
     changes = correctness_changes(a, b)
     check_correctness(spec, changes, a.ref, b.ref)
     check_quality(spec, session, spec.model, [a.ref, b.ref], now)
+    pin_current_traffic(session, spec.model, a.ref, actor, now)
     stored = {**_as_written(spec), "from": a.ref}
     state = RolloutState(updated_at=now, message="started")  # the machine enters step 0 at its first run
     row = Rollout(model=spec.model, from_ref=a.ref, to_ref=b.ref, spec=stored, state=state.to_json(),

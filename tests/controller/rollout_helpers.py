@@ -42,17 +42,19 @@ class Gateway:
         return generation
 
 
-def served_by_r1(api: Api, **r2: Any) -> Agent:
-    """chat@r1 deployed (one engine, ready) holding all of MODEL's traffic; chat@r2 applied (`r2`: its
-    spec's differences, performance-only by default)."""
+def served_by_r1(api: Api, policy: bool = True, **r2: Any) -> Agent:
+    """chat@r1 deployed (one engine, ready) holding all of MODEL's traffic (a stored policy, unless not
+    `policy`: then only because it is the one deployed revision); chat@r2 applied (`r2`: its spec's
+    differences, performance-only by default)."""
     agent = Agent(api)
     apply_class(api)
     apply_class(api, **(r2 or {"max_num_seqs": 128}))
     deploy(api, "chat", R1, 1)
     api.reconcile()
     agent.settle()
-    response = api.call("PUT", f"/api/v1/traffic/{MODEL}", role="operator", json={"weights": {R1: 100}})
-    assert response.status_code == 200, response.text
+    if policy:
+        response = api.call("PUT", f"/api/v1/traffic/{MODEL}", role="operator", json={"weights": {R1: 100}})
+        assert response.status_code == 200, response.text
     return agent
 
 

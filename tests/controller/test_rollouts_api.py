@@ -47,6 +47,16 @@ def test_a_rollout_is_started_listed_shown_and_audited(api: Api) -> None:
     assert audit_actions(api) == [("rollout.start", "ok", None)]
 
 
+def test_a_model_without_a_traffic_policy_gets_a_at_100_when_a_rollout_starts(api: Api) -> None:
+    """Without a stored policy the routing table would spread traffic over every deployed revision, so B's
+    deployment would get requests the moment `scale` created it, before its engines were ready."""
+    served_by_r1(api, policy=False)
+    assert api.call("GET", "/api/v1/traffic", role="viewer").json() == {}
+    response = start(api, spec())
+    assert response.status_code == 201, response.text
+    assert api.call("GET", "/api/v1/traffic", role="viewer").json()[MODEL]["weights"] == {R1: 100.0}
+
+
 @pytest.mark.parametrize("case", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
 def test_every_bad_spec_is_refused_naming_the_field_and_nothing_is_stored(api: Api, case: tuple[str, dict[str, Any], str]) -> None:
     served_by_r1(api)
