@@ -1,0 +1,123 @@
+"""The rollout API as the process tests drive it: raw HTTP (so a test sees status codes and error bodies),
+specs built from a few parameters, and waits on a rollout's phase and step.
+
+    POST /api/v1/rollouts {spec, reason}           -> 201 RolloutView | 409 (one per model) | 422 (bad spec)
+    GET  /api/v1/rollouts/{id}                     -> RolloutView
+    GET  /api/v1/rollouts/{id}/history             -> [RolloutEventView]
+    POST /api/v1/rollouts/{id}/{verb} {reason}     -> RolloutView   (pause|resume|promote|abort|retry|undo)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollout_fleet import MODEL, RolloutFleet, wait_until
+
+TERMINAL = ("completed", "aborted")
+
+
+def make_steps(*steps: Any) -> list[dict[str, Any]]:
+    """Steps from short forms: an int is setWeight, "scale" a scale step, ("pause", "2s" | None) a pause,
+    ("analysis", [templates]) an inline analysis."""
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        if isinstance(step, int):
+            out.append({"setWeight": step})
+        elif step == "scale":
+            out.append({"scale": {}})
+        elif step[0] == "pause":
+            out.append({"pause": {} if step[1] is None else {"duration": step[1]}})
+        elif step[0] == "analysis":
+            out.append({"analysis": {"templates": list(step[1])}})
+        else:
+            raise ValueError(f"unknown step {step!r}")
+    return out
+
+
+# Short windows so a test's analysis decides in seconds: three 1-second measurements, each needing a few
+# requests from both revisions.
+def latency_template(factor: float = 1.5, min_requests: int = 3) -> dict[str, Any]:
+    return {"metrics": [{"name": "ttft", "measure": "ttft_p90_s", "successCondition": f"result <= {factor} * baseline",
+                         "interval": "1s", "count": 3, "failureLimit": 0, "minRequests": min_requests}]}
+
+
+def errors_template(min_requests: int = 3) -> dict[str, Any]:
+    return {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result <= 0",
+                         "interval": "1s", "count": 3, "failureLimit": 0, "minRequests": min_requests}]}
+
+
+def spec(to: str, steps: list[dict[str, Any]], templates: dict[str, Any] | None = None,
+         replicas: int | None = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": MODEL, "to": to, "steps": steps, **extra}
+    if templates:
+        body["templates"] = templates
+    if replicas is not None:
+        body["replicas"] = replicas
+    return body
+
+
+def start(fleet: RolloutFleet, body: dict[str, Any], reason: str = "rollout test") -> dict[str, Any]:
+    response = fleet.http("POST", "/api/v1/rollouts", {"spec": body, "reason": reason})
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
+def get(fleet: RolloutFleet, rollout_id: int) -> dict[str, Any]:
+    response = fleet.http("GET", f"/api/v1/rollouts/{rollout_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def list_all(fleet: RolloutFleet) -> list[dict[str, Any]]:
+    response = fleet.http("GET", "/api/v1/rollouts")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return body if isinstance(body, list) else body.get("items", body.get("rollouts", []))
+
+
+def history(fleet: RolloutFleet, rollout_id: int) -> list[dict[str, Any]]:
+    response = fleet.http("GET", f"/api/v1/rollouts/{rollout_id}/history")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def command(fleet: RolloutFleet, rollout_id: int, verb: str, reason: str = "rollout test", **extra: Any) -> dict[str, Any]:
+    response = fleet.http("POST", f"/api/v1/rollouts/{rollout_id}/{verb}", {"reason": reason, **extra})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_phase(fleet: RolloutFleet, rollout_id: int, phases: str | tuple[str, ...], timeout_s: float = 120.0,
+               step_index: int | None = None) -> dict[str, Any]:
+    """Poll until the rollout is in one of `phases` (and at `step_index`, when given); fail early on an
+    unexpected terminal phase."""
+    wanted = (phases,) if isinstance(phases, str) else phases
+
+    def probe() -> dict[str, Any] | None:
+        try:
+            view = get(fleet, rollout_id)
+        except AssertionError:
+            return None  # the controller restarting: ask again
+        if view["phase"] in TERMINAL and view["phase"] not in wanted:
+            raise AssertionError(f"rollout {rollout_id} ended {view['phase']}: {view['message']} ({view.get('abort_reason')})")
+        if view["phase"] in wanted and (step_index is None or view["step_index"] == step_index):
+            return view
+        return None
+
+    return wait_until(probe, timeout_s, f"rollout {rollout_id} {'/'.join(wanted)}"
+                      + ("" if step_index is None else f" at step {step_index}"), every_s=0.3)
+
+
+def step_starts(events: list[dict[str, Any]]) -> list[int]:
+    """The step index of every "step started" event of a history, in order."""
+    starts = []
+    for event in events:
+        if event["event"] == "step" and event.get("message", "").startswith("step "):
+            starts.append(int(event["message"].split()[1].rstrip(":")))
+    return starts
+
+
+def wait_acknowledged_on(fleet: RolloutFleet, weights: dict[str, float], timeout_s: float = 30.0) -> None:
+    """The stored policy is `weights` (zero weights ignored) and the gateway routes on it."""
+    wait_until(lambda: fleet.weights() == weights and fleet.gateway_applied(), timeout_s,
+               f"traffic {weights} acknowledged by the gateway")
