@@ -84,6 +84,10 @@ class EngineConfig(ProcessSettings):
     cache_dir: Path = Field(
         default_factory=default_cache_dir, description="where weights and the tokenizer are cached; default env "
         "FLEET_CACHE_DIR or ~/.cache/fleetctl")
+    # --- test only ---
+    debug_step_delay_ms: int = Field(
+        default=0, ge=0, le=60_000, description="test only: milliseconds added to every engine step that computes "
+        "tokens (a slow engine for rollout tests; the tokens are unchanged); default 0")
 
     @model_validator(mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,10 +57,12 @@ class _HeldBlocks:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, sleep: Callable[[float], None] = time.sleep):
+        """`sleep` is what `debug_step_delay_ms` waits with (tests pass a fake one)."""
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.config = config
+        self._sleep = sleep
         bundle = load_model_bundle(config)
         self.tokenizer = bundle.tokenizer
         self.eos_token_id = bundle.eos_token_id
@@ -220,6 +223,7 @@ class LLMEngine:
         stats = IterationStats()
         self._apply_kv_loads(plan)
         logits = self.runner.execute(plan) if plan.chunks else None
+        self._debug_delay(plan)
         self.scheduler.update_after_step(plan)
         outputs = self._sample_and_process(plan, logits, stats) if logits is not None else []
         self._push_computed_blocks(plan)
@@ -231,6 +235,12 @@ class LLMEngine:
             scheduler=self.scheduler_stats(),
             kv_events=self.block_manager.take_events(),
         )
+
+    def _debug_delay(self, plan: SchedulerOutput) -> None:
+        """Test only: make a step that computed tokens last `debug_step_delay_ms` longer (before sampling, so
+        the delay shows in TTFT and inter-token latency alike); the tokens are untouched."""
+        if self.config.debug_step_delay_ms and plan.chunks:
+            self._sleep(self.config.debug_step_delay_ms / 1000)
 
     def _apply_kv_loads(self, plan: SchedulerOutput) -> None:
         bs = self.config.block_size

@@ -58,6 +58,7 @@ class UpOptions:
     gateway_port: int = 8000  # 0: any free port
     heartbeat_interval_s: float = 2.0
     kv_cache_mib: int = 64
+    gateway_table_refresh_s: float | None = None  # None: the gateway's default
     ready_timeout_s: float = 900.0  # a fresh machine loads and dequantises SmolLM2 on first use
 
 
@@ -202,10 +203,11 @@ def agent_up(url: str) -> bool:
         return False
 
 
-def gateway_command(controller_url: str, port: int) -> list[str]:
+def gateway_command(controller_url: str, port: int, table_refresh_s: float | None = None) -> list[str]:
     """argv of the local gateway (its controller token travels in the environment, never on the command line)."""
+    refresh = [] if table_refresh_s is None else ["--table-refresh-s", str(table_refresh_s)]
     return fleetctl_argv("gateway", "serve", "--controller", controller_url, "--host", HOST, "--port", str(port),
-                         "--name", "local-gateway", "--log-level", "warning")
+                         "--name", "local-gateway", "--log-level", "warning", *refresh)
 
 
 def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
@@ -216,8 +218,9 @@ def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) 
         raise LocalFleetError(f"gateway port {port} is taken: pass --gateway-port (0 picks a free one)",
                               code="port_taken", field="gateway_port", status=409)
     record.gateway_url = f"http://{HOST}:{port}"
-    info = processes.start("gateway", "gateway", gateway_command(record.controller_url, port),
-                           Path(record.log_dir) / "gateway.log", {"FLEET_TOKEN": _read_token(record)}, record.gateway_url)
+    argv = gateway_command(record.controller_url, port, options.gateway_table_refresh_s)
+    info = processes.start("gateway", "gateway", argv, Path(record.log_dir) / "gateway.log",
+                           {"FLEET_TOKEN": _read_token(record)}, record.gateway_url)
     _add(record, info)
     progress(f"gateway: starting at {record.gateway_url} (pid {info.pid})")
     wait_for(lambda: gateway_up(record.gateway_url), info, 60.0, "the gateway to load its routing table")

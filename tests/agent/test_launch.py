@@ -64,3 +64,11 @@ def test_vllm_render_errors_become_launch_errors():
         model="qwen", backend="vllm", weights="Qwen/Qwen3-0.6B", sampler="approximate_topk").model_dump(mode="json"))
     with pytest.raises(LaunchError, match="q@r1"):
         render_launch(a, PORTS, hash_seed="0")
+
+
+def test_a_class_made_slow_through_engine_args_starts_a_slow_engine():
+    from engine.reference.cli_args import build_parser, config_from_args
+
+    argv = render_launch(assignment(engine_args={"debug-step-delay-ms": 40}), PORTS, hash_seed="0").argv
+    assert argv[-2:] == ["--debug-step-delay-ms", "40"]
+    assert config_from_args(build_parser().parse_args(argv[3:])).debug_step_delay_ms == 40
