@@ -1,6 +1,6 @@
 """Fixtures of the rollout process tests (helpers: rollout_fleet.py, rollout_load.py, rollout_api.py).
 
-A fleet is shared by a module's tests (each leaves it with no rollout running and all traffic on one
+The SQLite fleet is shared by the live and CLI modules, the others by their module's tests (each leaves it with no rollout running and all traffic on one
 revision); every process it started is stopped by PID when the module ends.
 """
 
@@ -26,7 +26,7 @@ def running_fleet(state_dir: Path, options: FleetOptions) -> Iterator[RolloutFle
         stop_fleet(fleet)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutFleet]:
     """SQLite controller, two agents, a gateway; A: two mixed engines with all the traffic."""
     with running_fleet(tmp_path_factory.mktemp("rollout-fleet"), FleetOptions()) as started:

@@ -178,6 +178,20 @@ class RolloutFleet:
         with self.client() as api:
             return {ref: w for ref, w in api.get_traffic(MODEL).weights.items() if w > 0}
 
+    def current(self) -> str:
+        """The one revision holding all of the model's traffic (between tests, there is always one)."""
+        (ref,) = self.weights()
+        return ref
+
+    def other(self) -> str:
+        """A when B holds the traffic, else B: where the next rollout goes."""
+        return self.refs["B"] if self.current() == self.refs["A"] else self.refs["A"]
+
+    def wait_drained(self, ref: str, timeout_s: float = 120.0) -> None:
+        """No engine of `ref` left routable: its deployments are at zero and its engines drained away."""
+        wait_until(lambda: not [e for e in self.engines() if e["class_ref"] == ref and not e["drain"]
+                                and e["state"] in ("ready", "starting", "pending")], timeout_s, f"{ref}'s engines drained")
+
     def gateway_generation(self) -> int | None:
         try:
             return httpx.get(f"{self.gateway_url}/health", timeout=2.0).json().get("table_generation")
