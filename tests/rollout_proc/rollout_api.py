@@ -71,8 +71,11 @@ def get(fleet: RolloutFleet, rollout_id: int) -> dict[str, Any]:
 def list_all(fleet: RolloutFleet) -> list[dict[str, Any]]:
     response = fleet.http("GET", "/api/v1/rollouts")
     assert response.status_code == 200, response.text
-    body = response.json()
-    return body if isinstance(body, list) else body.get("items", body.get("rollouts", []))
+    return response.json()
+
+
+def rollout_ids(fleet: RolloutFleet) -> list[int]:
+    return [r["id"] for r in list_all(fleet)]
 
 
 def history(fleet: RolloutFleet, rollout_id: int) -> list[dict[str, Any]]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rollout_api import (errors_template, get, history, latency_template, list_all, make_steps, spec, start,
-                         step_starts, wait_acknowledged_on, wait_phase)
+from rollout_api import (errors_template, get, history, latency_template, list_all, make_steps, rollout_ids, spec,
+                         start, step_starts, wait_acknowledged_on, wait_phase)
 from rollout_fleet import READY_TIMEOUT_S, RolloutFleet, wait_until
 from rollout_load import Load, describe
 
@@ -62,7 +62,7 @@ def test_bad_spec_refused_with_nothing_stored(fleet, tmp_path: Path, case: str):
     body = {**spec(fleet.refs["B"], make_steps("scale", 50, 100)), **change}
     path = tmp_path / "rollout.yaml"
     path.write_text(yaml.safe_dump(body))
-    before = (fleet.weights(), deployments(fleet))
+    before = (fleet.weights(), deployments(fleet), rollout_ids(fleet))
 
     result = fleet.cli("rollout", "start", "-f", str(path), "--reason", f"test: {case}")
 
@@ -70,17 +70,17 @@ def test_bad_spec_refused_with_nothing_stored(fleet, tmp_path: Path, case: str):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert field in lines[0], lines[0]
-    assert list_all(fleet) == []
-    assert (fleet.weights(), deployments(fleet)) == before
+    assert (fleet.weights(), deployments(fleet), rollout_ids(fleet)) == before
 
 
 def test_bad_spec_is_a_422_naming_the_field(fleet):
     body = {**spec(fleet.refs["B"], make_steps(50, 100)), "steps": [{"pause": {"duration": "-1m"}}]}
+    before = rollout_ids(fleet)
     response = fleet.http("POST", "/api/v1/rollouts", {"spec": body, "reason": "test: bad pause"})
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert "steps.0.pause" in (error.get("field") or "") + error["message"], error
-    assert list_all(fleet) == []
+    assert rollout_ids(fleet) == before
 
 
 # --- a full rollout under load ---
