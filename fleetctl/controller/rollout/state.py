@@ -25,7 +25,10 @@ PAUSE_STEP = "CanaryPauseStep"  # a `pause` step (timed or indefinite)
 INCONCLUSIVE = "InconclusiveAnalysisRun"  # an analysis could not decide; promote or abort
 BY_OPERATOR = "PausedByOperator"  # `fleetctl rollout pause`
 DRIFT = "EngineConfigDrift"  # a step would send traffic to an engine that does not run its declared class
-PauseReason = Literal["CanaryPauseStep", "InconclusiveAnalysisRun", "PausedByOperator", "EngineConfigDrift"]
+FROZEN = "BreakGlassFreeze"  # the fleet is frozen (break-glass); `paused_by` is FREEZE
+PauseReason = Literal["CanaryPauseStep", "InconclusiveAnalysisRun", "PausedByOperator", "EngineConfigDrift",
+                      "BreakGlassFreeze"]
+FREEZE = "freeze"  # `paused_by` while a break-glass freeze holds the rollout
 
 # --- analysis phases (Argo's lattice: a run's phase is its worst metric's) ---
 PENDING, RUNNING, SUCCESSFUL, FAILED, ERROR, INCONCLUSIVE_PHASE = (
@@ -180,6 +183,7 @@ class Record:
 
     event: str
     message: str
+    step: int | None = None  # the step it is about (step_started, step_done, analysis)
 
 
 Action = SetWeights | ScaleUp | Drain | Record
