@@ -33,12 +33,14 @@ from fleetctl.controller.responses import (
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
     TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
 )
+from fleetctl.controller.rollout.view import RolloutEventView, RolloutView
 from fleetctl.errors import FleetError, Unavailable, error_from_body
 from fleetctl.httpwire import KEEPALIVE_EXPIRY_S  # below uvicorn's 5 s keep-alive (httpx's default is 5 s)
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_S = 10.0
 REASON_HEADER = "X-Fleet-Reason"
+IF_MATCH_HEADER = "If-Match"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,12 +48,14 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Request:
-    """What a builder makes of a method's arguments: path parameters, JSON body, query, audit reason."""
+    """What a builder makes of a method's arguments: path parameters, JSON body, query, audit reason, and
+    the version a change expects (sent as If-Match)."""
 
     path: dict[str, str] = field(default_factory=dict)
     json: Any = None
     params: dict[str, Any] | None = None
     reason: str | None = None
+    if_match: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,13 @@ class Call:
     json: Any = None
     params: dict[str, Any] | None = None
     reason: str | None = None
+    if_match: int | None = None
 
     def headers(self) -> dict[str, str]:
-        return {REASON_HEADER: quote(self.reason)} if self.reason else {}
+        headers = {REASON_HEADER: quote(self.reason)} if self.reason else {}
+        if self.if_match is not None:
+            headers[IF_MATCH_HEADER] = f'"{self.if_match}"'
+        return headers
 
     def parse(self, body: Any) -> Any:
         try:
@@ -93,7 +101,7 @@ class Endpoint(Generic[P, R]):
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call:
         request = self.build(*args, **kwargs)
         path = self.path.format(**{key: quote(str(value), safe="") for key, value in request.path.items()})
-        return Call(self.method, path, self.adapter, request.json, request.params, request.reason)
+        return Call(self.method, path, self.adapter, request.json, request.params, request.reason, request.if_match)
 
     def __get__(self, client: Any, owner: type | None = None) -> Any:
         if client is None:
@@ -259,6 +267,36 @@ class ControllerCalls:
     @endpoint("PUT", "/api/v1/flags/{name}", FlagSetResult)
     def set_flag(name: str, value: bool | int | float | str, reason: str | None = None) -> Request:
         return Request(path={"name": name}, json={"value": value}, reason=reason)
+
+    # rollouts
+    @endpoint("POST", "/api/v1/rollouts", RolloutView)
+    def start_rollout(spec: dict[str, Any], reason: str | None = None) -> Request:
+        """Store a rollout (the spec as YAML would hold it, aliases as written); a bad spec is a
+        ValidationFailed naming the field (`spec.steps.1.setWeight`), a second one for the model a Conflict
+        (`rollout_in_progress`)."""
+        return Request(json={"spec": spec}, reason=reason)
+
+    @endpoint("GET", "/api/v1/rollouts", list[RolloutView])
+    def list_rollouts(model: str | None = None, active: bool | None = None) -> Request:
+        """Oldest first; `active`: only rollouts that are not completed or aborted."""
+        return Request(params=_params(model=model, active=None if active is None else str(active).lower()))
+
+    @endpoint("GET", "/api/v1/rollouts/{rollout_id}", RolloutView)
+    def get_rollout(rollout_id: int) -> Request:
+        return Request(path={"rollout_id": str(rollout_id)})
+
+    @endpoint("POST", "/api/v1/rollouts/{rollout_id}/{command}", RolloutView)
+    def rollout_command(rollout_id: int, command: str, full: bool = False, reason: str | None = None,
+                        version: int | None = None) -> Request:
+        """pause | resume | promote (`full`) | abort | retry: the rollout after it; undo: the new rollout.
+        `version` is sent as If-Match (a Conflict `version_conflict` when the rollout moved on)."""
+        body = {"full": True} if full else None
+        return Request(path={"rollout_id": str(rollout_id), "command": command}, json=body, reason=reason,
+                       if_match=version)
+
+    @endpoint("GET", "/api/v1/rollouts/{rollout_id}/history", list[RolloutEventView])
+    def rollout_history(rollout_id: int) -> Request:
+        return Request(path={"rollout_id": str(rollout_id)})
 
     # audit and tokens
     @endpoint("GET", "/api/v1/audit", list[AuditEventView])

@@ -27,6 +27,7 @@ from fleetctl.cli import (
     engine_cmd,
     gateway_cmd,
     node_cmd,
+    rollout_cmd,
     status_cmd,
     token_cmd,
     traffic_cmd,
@@ -49,6 +50,7 @@ COMMAND_MODULES: list[ModuleType] = [
     up_cmd,  # up, down (NAME None: merged at the top level)
     gateway_cmd,  # gateway serve; route explain (NAME None: merged at the top level)
     traffic_cmd,  # traffic get|set
+    rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
 ]
 
 app = typer.Typer(

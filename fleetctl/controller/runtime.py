@@ -3,7 +3,7 @@
 `start()` applies migrations (if configured), creates the bootstrap token on first start and starts the
 background threads: the reconcilers' loop (reconcile/runner.py: while this process leads, each reconciler
 runs on its own schedule) and the heartbeat flusher. The reconcilers are the placement reconciler
-(reconciler.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
+(reconciler.py) and the rollout reconciler (rollout_reconciler.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
 """
@@ -24,6 +24,7 @@ from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.metrics import ControllerMetrics
 from fleetctl.controller.reconcile import Reconciler, ReconcileRunner
 from fleetctl.controller.reconciler import PLACEMENT, PlacementReconciler, ReconcileResult
+from fleetctl.controller.rollout_reconciler import RolloutReconciler
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.tokens import ensure_bootstrap_token
 
@@ -35,7 +36,9 @@ def utc_now() -> datetime:
 
 
 def default_reconcilers(settings: ControllerSettings) -> list[Reconciler[Any, Any, Any]]:
-    return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s)]
+    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run."""
+    return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
+            RolloutReconciler(settings.reconcile_interval_s)]
 
 
 class ControllerRuntime:
