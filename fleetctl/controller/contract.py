@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.contract import EngineAssignment, EngineObserved
-from engine.contract.bounds import Count32, SafeStr, Seconds, Url
-from fleetctl.controller.schemas import LabelMap, Name, NonBlank
+from engine.contract.bounds import Count, Count32, NonNegative, SafeStr, Seconds, Url
+from fleetctl.controller.schemas import ClassRef, LabelMap, Name, NonBlank
 
 AGENT_INPUT = ConfigDict(extra="ignore")
 
@@ -89,6 +89,55 @@ class RoutingTable(BaseModel):
     flags: dict[str, Any]
 
 
+MAX_SERVED_CLASSES = 256
+MAX_BUCKETS = 64
+
+
+class HistogramModel(BaseModel):
+    """Cumulative buckets (rollout.state.Histogram): `counts[i]` observations <= `bounds[i]`, `count` in all."""
+
+    model_config = AGENT_INPUT
+
+    bounds: list[NonNegative] = Field(default_factory=list, max_length=MAX_BUCKETS,
+                                      description="bucket upper bounds, seconds, increasing (+Inf is implied)")
+    counts: list[Count] = Field(default_factory=list, max_length=MAX_BUCKETS,
+                                description="cumulative count per bound, non-decreasing")
+    count: Count = 0
+    sum: NonNegative = 0.0
+
+    @model_validator(mode="after")
+    def _cumulative(self) -> "HistogramModel":
+        if len(self.counts) != len(self.bounds):
+            raise ValueError(f"counts: {len(self.counts)} counts for {len(self.bounds)} bounds")
+        if any(b >= a for a, b in zip(self.bounds[1:], self.bounds)):
+            raise ValueError("bounds: must be strictly increasing")
+        if any(b > a for a, b in zip(self.counts[1:], self.counts)):
+            raise ValueError("counts: must be non-decreasing (cumulative)")
+        if self.counts and self.counts[-1] > self.count:
+            raise ValueError("count: must be at least the last bucket's count")
+        return self
+
+
+class ServedCountersModel(BaseModel):
+    """What a gateway served from one class revision since it started (rollout.state.ServedCounters)."""
+
+    model_config = AGENT_INPUT
+
+    requests: Count = Field(description="requests answered, whatever the status")
+    errors: Count = Field(default=0, description="5xx answers and streams that failed or were cut")
+    rejections: Count = Field(default=0, description="429s: admission control or the engine's own")
+    ttft: HistogramModel = Field(default_factory=HistogramModel, description="seconds, arrival to first token")
+    itl: HistogramModel = Field(default_factory=HistogramModel, description="seconds, mean inter-token latency per stream")
+
+    @model_validator(mode="after")
+    def _within_requests(self) -> "ServedCountersModel":
+        if self.errors > self.requests:
+            raise ValueError("errors: must not exceed requests")
+        if self.rejections > self.requests:
+            raise ValueError("rejections: must not exceed requests")
+        return self
+
+
 class GatewayReport(BaseModel):
     """What a gateway reports after each routing-table refresh (`POST /api/v1/gateways/report`)."""
 
@@ -101,6 +150,10 @@ class GatewayReport(BaseModel):
     refresh_interval_s: float | None = Field(
         default=None, gt=0, le=3600, allow_inf_nan=False,
         description="seconds between its refreshes (and reports); default 2. Stale after 3 missed",
+    )
+    served: dict[ClassRef, ServedCountersModel] | None = Field(
+        default=None, max_length=MAX_SERVED_CLASSES,
+        description="cumulative counters per class revision since the gateway started (rollout analysis)",
     )
 
 

@@ -4,10 +4,14 @@ STALE_AFTER_INTERVALS of its refresh intervals is `stale` (gone, or cut off from
 listed, but not waited for.
 
 A report is an observation, like an agent heartbeat: not audited, and it changes nothing in the fleet.
+
+Reports also carry `served`, the gateway's cumulative counters per class revision; the latest is kept per
+gateway and read back by `served_by_gateway` for rollout analysis (rollout.window does the window math).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.controller.contract import GatewayReport
 from fleetctl.controller.models import Gateway
+from fleetctl.controller.rollout.state import Histogram, ServedByGateway, ServedCounters
 
 DEFAULT_REFRESH_INTERVAL_S = 2.0  # the gateway's own default (fleetctl/gateway/settings.py table_refresh_s)
 STALE_AFTER_INTERVALS = 3
@@ -29,7 +34,40 @@ def report(session: Session, body: GatewayReport, reporter: str, now: datetime) 
     row.url, row.generation, row.table_age_s = body.url, body.generation, body.table_age_s
     row.refresh_interval_s = body.refresh_interval_s or DEFAULT_REFRESH_INTERVAL_S
     row.last_seen_at, row.reported_by = now, reporter
+    # the latest counters replace the last ones (they are cumulative); a gateway that sends none (an older
+    # one) has none stored
+    row.served = None if body.served is None else {ref: c.model_dump() for ref, c in body.served.items()}
     return row
+
+
+def served_by_gateway(session: Session, refs: Iterable[str] | None = None,
+                      now: datetime | None = None) -> ServedByGateway:
+    """Every gateway's latest counters: gateway name -> class_ref -> counters, only `refs` when given.
+
+    Stale gateways are kept, with the counters of their last report: a window whose end reading still
+    holds them adds nothing new for that gateway, which is what it served as far as anyone knows; dropping
+    it would make its counters vanish from one reading and count again from zero when it came back.
+    Gateways that never sent counters are left out. `now` filters nothing, since stale gateways stay in
+    on purpose; callers pass their clock all the same."""
+    wanted = set(refs) if refs is not None else None
+    result: dict[str, dict[str, ServedCounters]] = {}
+    for row in session.execute(select(Gateway).order_by(Gateway.name)).scalars():
+        if row.served is None:
+            continue
+        result[row.name] = {ref: served_counters(data) for ref, data in row.served.items()
+                            if wanted is None or ref in wanted}
+    return result
+
+
+def served_counters(data: Mapping[str, Any]) -> ServedCounters:
+    """Stored counters (ServedCountersModel's dump) as the rollout machine's type."""
+    return ServedCounters(int(data["requests"]), int(data["errors"]), int(data["rejections"]),
+                          _histogram(data["ttft"]), _histogram(data["itl"]))
+
+
+def _histogram(data: Mapping[str, Any]) -> Histogram:
+    return Histogram(tuple(float(b) for b in data["bounds"]), tuple(int(c) for c in data["counts"]),
+                     int(data["count"]), float(data["sum"]))
 
 
 def list_gateways(session: Session, now: datetime) -> list[dict[str, Any]]:

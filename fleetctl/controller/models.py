@@ -3,9 +3,9 @@ tests/controller/test_migrations.py compares the two.
 
 Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
 assignments. Observed state: nodes (registration, heartbeat), engines (what agents report) and gateways
-(which routing table each applied). Rollouts: rollouts (spec and the machine's persisted state) and
-rollout_events (append-only history). Bookkeeping: api_tokens, audit_events (append-only), routing_state
-(the routing table's generation counter).
+(which routing table each applied, and what each served per class revision). Rollouts: rollouts (spec and
+the machine's persisted state) and rollout_events (append-only history). Bookkeeping: api_tokens,
+audit_events (append-only), routing_state (the routing table's generation counter).
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ class Gateway(Base):
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
     reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
+    # class_ref -> cumulative counters (contract.ServedCountersModel) from its latest report; None: it never sent any
+    served: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class FeatureFlag(Versioned, Base):

@@ -23,6 +23,7 @@ from fleetctl.gateway.errors import NoRoute, UpstreamFailed
 from fleetctl.gateway.requests import ClientRequest
 from fleetctl.gateway.routing_table import EngineRoute
 from fleetctl.gateway.scorer import RankedEngine
+from fleetctl.gateway.served import TokenTimes
 from fleetctl.gateway.service import GatewayService, Prepared
 from fleetctl.gateway.upstream import (
     END,
@@ -55,6 +56,10 @@ class RequestContext:
     prefilled_by: str | None = None  # P/D: the prefill engine
     forwarded_at: float | None = None
     first_token_at: float | None = None
+    class_ref: str | None = None  # the class revision chosen for it (None: refused before a class was chosen)
+    inband_status: int | None = None  # a stream that failed before its first token: the status its error event says
+    stream_cut: bool = False  # a stream ended with an error event after tokens were sent
+    tokens: TokenTimes = field(default_factory=TokenTimes)  # when its content chunks were relayed (streams)
 
     def forwarding(self) -> None:
         if self.forwarded_at is None:

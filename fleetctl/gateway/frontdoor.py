@@ -32,6 +32,7 @@ from fleetctl.gateway.pd import PDHandoff
 from fleetctl.gateway.relay import DONE, KEEPALIVE, ChunkHeader, StreamWatch, error_ending, relay, sse_data
 from fleetctl.gateway.requests import CHAT, ClientRequest, decode_json, parse_request
 from fleetctl.gateway.router import PD
+from fleetctl.gateway.served import Outcome
 from fleetctl.gateway.service import GatewayService, Prepared
 from fleetctl.gateway.upstream import EngineRejected
 
@@ -89,7 +90,7 @@ class FrontDoor:
         ctx.session_id = http.headers.get(SESSION_HEADER) or None
         pin = http.headers.get(PIN_HEADER) or None
         prepared = await self.service.prepare(request, pin, ctx.session_id)
-        ctx.model = prepared.model
+        ctx.model, ctx.class_ref = prepared.model, prepared.class_ref
         self._count_fallback(prepared)
         self._require_engines(prepared)
         self._admit(prepared)
@@ -173,6 +174,8 @@ class FrontDoor:
         elapsed = time.monotonic() - ctx.arrived
         self.metrics.requests.labels(ctx.model, str(status)).inc()
         self.metrics.request_seconds.labels(ctx.model).observe(elapsed)
+        if ctx.class_ref is not None:
+            self.service.served.record(outcome_of(ctx, status))
         log.info("request %s model=%s served_by=%r prefilled_by=%s status=%d %.3fs key=%s", ctx.request_id, ctx.model,
                  ctx.served_by, ctx.prefilled_by or "-", status, elapsed, ctx.key_name or "-")
 
@@ -222,9 +225,11 @@ class StreamSession:
         try:
             self.start = self.opener.result()
         except GatewayError as exc:
+            self.ctx.inband_status = exc.status_code
             for line in error_ending(self.header, exc.message, exc.status_code):
                 yield line
         except EngineRejected as exc:
+            self.ctx.inband_status = exc.status
             yield f"data: {exc.body.decode(errors='replace')}\n\n"
             yield sse_data(self.header.error_chunk())
             yield DONE
@@ -239,8 +244,10 @@ class StreamSession:
 
         def tokens(n: int) -> None:
             sent.ticket.generated += n
+            ctx.tokens.note(n, time.monotonic())
 
         def error(reason: str) -> None:
+            ctx.stream_cut = True
             metrics.stream_errors.labels(reason).inc()
             sent.live.record_failure(reason, hard=reason in HARD_STREAM_ERRORS)
             log.warning("request %s: stream from %s ended with an error (%s)", ctx.request_id, sent.route.name, reason)
@@ -256,6 +263,13 @@ class StreamSession:
         if self.start is not None:
             self.start.sent.live.finish(self.start.sent.ticket)
             await self.start.reader.close()
+
+
+def outcome_of(ctx: RequestContext, status: int) -> Outcome:
+    """A finished request for the per-revision counters (served.py); ctx.class_ref must be set."""
+    ttft = ctx.first_token_at - ctx.arrived if ctx.first_token_at is not None else None
+    return Outcome(ctx.model, ctx.class_ref or "", ctx.inband_status or status, ctx.stream_cut, ttft,
+                   ctx.tokens.mean_itl())
 
 
 def routing_headers(ctx: RequestContext) -> dict[str, str]:

@@ -57,6 +57,7 @@ class GatewayMetrics:
         self.prefix_index_blocks = Gauge("fleet_gateway_prefix_index_blocks", "Blocks the prefix index holds per engine.",
                                          ["engine"], registry=r)
         self._build_pd()
+        self._build_per_class()
 
     def _build_pd(self) -> None:
         r = self.registry
@@ -81,6 +82,20 @@ class GatewayMetrics:
                                      ["model"], buckets=KV_BYTES_BUCKETS, registry=r)
         self.pd_transferred_bytes = Counter("fleet_gateway_pd_transferred_bytes", "K/V bytes decode engines report "
                                             "having received.", ["engine"], registry=r)
+
+    def _build_per_class(self) -> None:
+        """Per class revision (served.ServedRecorder updates these with its counters)."""
+        r, labels = self.registry, ["model", "class_ref"]
+        self.class_requests = Counter("fleet_gateway_class_requests", "Client requests answered, by the class "
+                                      "revision chosen for them and HTTP status.", [*labels, "code"], registry=r)
+        self.class_errors = Counter("fleet_gateway_class_errors", "Requests of a class revision answered with a 5xx, "
+                                    "or whose stream failed or was cut.", labels, registry=r)
+        self.class_rejections = Counter("fleet_gateway_class_rejections", "Requests of a class revision refused "
+                                        "with 429 (admission control, or the engine's own).", labels, registry=r)
+        self.class_ttft = Histogram("fleet_gateway_class_ttft_seconds", "Time to first token of streams, by class "
+                                    "revision.", labels, buckets=m.TTFT_BUCKETS, registry=r)
+        self.class_itl = Histogram("fleet_gateway_class_itl_seconds", "Mean inter-token latency of each stream, by "
+                                   "class revision.", labels, buckets=m.ITL_BUCKETS, registry=r)
 
     def watch_table(self, age: Callable[[], float | None], failures: Callable[[], int], generation: Callable[[], int | None]) -> None:
         self.table_age.set_function(lambda: _nan_if_none(age()))

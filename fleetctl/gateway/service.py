@@ -35,6 +35,7 @@ from fleetctl.gateway.probes import EngineProber
 from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route
 from fleetctl.gateway.routing_table import EngineRoute, RoutingSource, RoutingTable, RoutingTableCache, kv_events_endpoints
 from fleetctl.gateway.scorer import RouteRequest, ScorerPolicy
+from fleetctl.gateway.served import ServedRecorder
 from fleetctl.gateway.settings import GatewaySettings
 from fleetctl.gateway.snapshot import Estimates, engine_load, engine_view
 from fleetctl.gateway.table_reporter import report_applied
@@ -83,6 +84,7 @@ class GatewayService:
         self.client = client  # probes, scrapes, tokenizer downloads
         self.engine_client = EngineClient()  # the request path (fleetctl/httpwire.py says why not httpx)
         self.metrics = metrics
+        self.served = ServedRecorder(metrics)  # per-revision counters, reported to the controller
         self.rng = rng
         self.clock = clock
         self.cache = RoutingTableCache(source, refresh_interval_s=settings.table_refresh_s, on_update=self._on_table)
@@ -111,13 +113,16 @@ class GatewayService:
 
     async def _report_applied(self) -> None:
         """Tell the controller, once per refresh interval, which generation this gateway routes on
-        (`fleetctl traffic set` waits for it). Skipped while the controller is unreachable."""
+        (`fleetctl traffic set` waits for it) and what it served per class revision (rollout analysis reads
+        it, so the controller's counters are at most one interval old). Skipped while the controller is
+        unreachable."""
         while True:
             await asyncio.sleep(self.settings.table_refresh_s)
             table = self.cache.table
             if table is not None and self.cache.failures == 0:
                 await report_applied(self.source, self.settings.name, self.settings.url, table.generation,  # type: ignore[arg-type]
-                                     self.cache.age_s() or 0.0, refresh_interval_s=self.settings.table_refresh_s)
+                                     self.cache.age_s() or 0.0, refresh_interval_s=self.settings.table_refresh_s,
+                                     served=self.served.snapshot())
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -135,6 +140,7 @@ class GatewayService:
     async def _on_table(self, table: RoutingTable) -> None:
         log.info("routing table generation %d: %d model(s), %d engine(s)", table.generation, len(table.models), len(table.engines))
         self._sync_engines(table)
+        self.served.keep_only(ref for model in table.models.values() for ref in model.classes)
         self.prober.sync(self.engines)
         await self.kv_pool.sync(kv_events_endpoints(table))
         for model in table.models.values():
