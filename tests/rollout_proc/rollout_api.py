@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from rollout_fleet import MODEL, RolloutFleet, wait_until
 
 TERMINAL = ("completed", "aborted")
@@ -95,20 +97,35 @@ def wait_phase(fleet: RolloutFleet, rollout_id: int, phases: str | tuple[str, ..
     """Poll until the rollout is in one of `phases` (and at `step_index`, when given); fail early on an
     unexpected terminal phase."""
     wanted = (phases,) if isinstance(phases, str) else phases
+    last: dict[str, Any] = {}
 
     def probe() -> dict[str, Any] | None:
         try:
             view = get(fleet, rollout_id)
         except AssertionError:
             return None  # the controller restarting: ask again
+        last["view"] = view
         if view["phase"] in TERMINAL and view["phase"] not in wanted:
-            raise AssertionError(f"rollout {rollout_id} ended {view['phase']}: {view['message']} ({view.get('abort_reason')})")
+            raise AssertionError(f"rollout {rollout_id} ended {view['phase']}: {summary(view)}")
         if view["phase"] in wanted and (step_index is None or view["step_index"] == step_index):
             return view
         return None
 
-    return wait_until(probe, timeout_s, f"rollout {rollout_id} {'/'.join(wanted)}"
-                      + ("" if step_index is None else f" at step {step_index}"), every_s=0.3)
+    what = f"rollout {rollout_id} {'/'.join(wanted)}" + ("" if step_index is None else f" at step {step_index}")
+    try:
+        return wait_until(probe, timeout_s, what, every_s=0.3)
+    except pytest.fail.Exception:
+        pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {summary(last.get('view'))}")
+
+
+def summary(view: dict[str, Any] | None) -> str:
+    """The parts of a rollout view that say why it is where it is, for a failure message."""
+    if view is None:
+        return "no answer"
+    gates = [(g["metric"], g["phase"], (g.get("latest") or {}).get("message")) for g in view["gates"]]
+    keys = ("phase", "step_index", "pause_reason", "abort_reason", "message", "weights", "acknowledged", "ready",
+            "desired")
+    return f"{ {k: view.get(k) for k in keys} } gates {gates}"
 
 
 def step_starts(events: list[dict[str, Any]]) -> list[int]:
