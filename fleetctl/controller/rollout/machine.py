@@ -24,8 +24,9 @@ A = `from_ref` (the revision traffic moves from), B = `to_ref`. Per tick:
    - `pause`: timed (done at step start + duration) or until `promote` (CanaryPauseStep);
    - `analysis`: an inline run; Successful -> next step, Failed/Error -> abort, Inconclusive -> pause until
      `promote` (which skips the step) or `abort`.
-4. After the last step: weights {B: 100} (the same implicit scale and drift guard), acknowledged, then
-   Drain(A) until A's deployments ask for nothing; the background analysis is stopped; `completed`.
+4. After the last step the background analysis is stopped (Successful unless it broke a limit); then
+   weights {B: 100} (the same implicit scale and drift guard), acknowledged, then Drain(A) until A's
+   deployments ask for nothing; `completed`.
 
 A step is entered when `step_started_at` is None (Record step_started, the step's clock starts) and left
 with Record step_done (`step_index` + 1, `step_started_at` None). History events (`Record.event`):
@@ -181,8 +182,7 @@ def _finish(t: _Tick) -> None:
         t.emit(Drain(t.a))
         t.wake(WAIT_S)
         return
-    background = analysis.stop(t.state.background, "the rollout completed") if t.state.background else None
-    t.update(phase=COMPLETED, pause_reason=None, background=background)
+    t.update(phase=COMPLETED, pause_reason=None)
     t.record("completed", f"all traffic on {t.b}; {t.a} drained")
 
 
@@ -204,6 +204,7 @@ def _run_steps(t: _Tick) -> None:
     """As many steps as are done now, in order; the loop stops at the first that is not."""
     for _ in range(len(t.spec.steps) + 1):
         if t.state.step_index >= len(t.spec.steps):
+            _stop_background(t)
             _finish(t)
             return
         if not _run_step(t):
@@ -350,10 +351,19 @@ def _run_background(t: _Tick) -> None:
                                  "abort ends the rollout")
 
 
+def _stop_background(t: _Tick) -> None:
+    """Every step is done: the background run ends (Successful, unless it already broke a limit). The last
+    moves (B to 100%, A drained) are not gated: a relative condition has no A to compare with by then."""
+    run = t.state.background
+    if run is not None and run.phase not in analysis.TERMINAL_PHASES:
+        t.update(background=analysis.stop(run, "every step is done"))
+        t.record("analysis", "background analysis stopped: every step is done")
+
+
 def _start_background(t: _Tick) -> None:
     wanted = t.spec.analysis
     if (wanted is None or t.state.background is not None or t.state.promote_full
-            or t.state.step_index < wanted.starting_step):
+            or not wanted.starting_step <= t.state.step_index < len(t.spec.steps)):
         return
     run = analysis.start(t.spec.templates, wanted.templates, "background", wanted.starting_step, t.now)
     t.record("analysis", "background analysis started: " + ", ".join(wanted.templates), t.state.step_index)
