@@ -8,6 +8,9 @@ validated by the controller, whole, before anything is stored: a bad one is one 
 `scale`, then for each weight `setWeight W` and (with --pause, unless W is 100) `pause DURATION`; a last
 `setWeight 100` is added when the weights stop short of it. `--analysis FILE` adds the templates of FILE
 (YAML: {NAME: {metrics: [...]}}) as background analysis from the first setWeight on.
+
+The verbs that move traffic (start, promote, abort, retry, undo) take --yes like every such command; of
+them only a start whose spec allows a correctness change asks first.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from fleetctl.cli.context import ReasonOption, client
+from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
 from fleetctl.client import ControllerClient
 from fleetctl.controller.rollout.view import RolloutView
@@ -143,9 +146,11 @@ def start(
     allow_correctness_change: Annotated[str | None, typer.Option(
         "--allow-correctness-change", metavar="REASON", help="A and B differ in correctness fields: why (audited)")] = None,
     reason: ReasonOption = None,
+    yes: YesOption = False,
     output: OutputOption = Format.table,
 ) -> None:
-    """Start a rollout: `-f FILE`, or `MODEL --to NAME@rN --steps 10,50,100 [--pause 2m]`."""
+    """Start a rollout: `-f FILE`, or `MODEL --to NAME@rN --steps 10,50,100 [--pause 2m]`. A spec that
+    allows a correctness change asks first (unless --yes)."""
     if file is not None:
         if model or to or steps:
             raise ValidationFailed("give either -f FILE or MODEL --to ... --steps ..., not both", field="file")
@@ -156,6 +161,10 @@ def start(
         templates = read_yaml_mapping(analysis, "analysis templates by name") if analysis else None
         spec = spec_from_flags(model, to, parse_steps(steps or "100"), pause, from_ref, replicas,
                                allow_correctness_change, templates)
+    allowed = spec.get("allowCorrectnessChange")
+    if isinstance(allowed, dict):
+        confirm(f"Roll out {spec.get('to')} although its outputs may differ ({allowed.get('reason')})? "
+                "This is audited.", yes)
     view = client(ctx).start_rollout(spec, reason)
     status(f"rollout {view.id} started: {view.model} {view.from_ref} -> {view.to_ref}")
     if view.allow_correctness_change:
@@ -231,25 +240,28 @@ def resume_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = Non
 @app.command("promote")
 def promote_cmd(ctx: typer.Context, target: TargetArg,
                 full: Annotated[bool, typer.Option("--full", help="skip every remaining step: all traffic to B")] = False,
-                reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
+                reason: ReasonOption = None, yes: YesOption = False, output: OutputOption = Format.table) -> None:
     """End the current pause or inconclusive analysis and go on (--full: to 100% on B at once)."""
     _command(ctx, target, "promote", reason, output, full=full)
 
 
 @app.command("abort")
-def abort_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
+def abort_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, yes: YesOption = False,
+              output: OutputOption = Format.table) -> None:
     """All traffic back to A (acknowledged by every gateway), B drained."""
     _command(ctx, target, "abort", reason, output)
 
 
 @app.command("retry")
-def retry_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
+def retry_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, yes: YesOption = False,
+              output: OutputOption = Format.table) -> None:
     """Start an aborted rollout's steps again from the first."""
     _command(ctx, target, "retry", reason, output)
 
 
 @app.command("undo")
-def undo_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
+def undo_cmd(ctx: typer.Context, target: TargetArg, reason: ReasonOption = None, yes: YesOption = False,
+             output: OutputOption = Format.table) -> None:
     """Roll a completed rollout back: a new rollout to its A with the same steps."""
     _command(ctx, target, "undo", reason, output)
 

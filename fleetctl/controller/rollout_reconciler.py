@@ -72,6 +72,7 @@ class RolloutItem:
     spec: RolloutSpec
     state: RolloutState
     observations: Observations
+    a_replicas: int  # engines per role of A's deployments: B's when the spec does not say
 
 
 @dataclass(frozen=True)
@@ -126,14 +127,22 @@ def load_snapshot(session: Session, now: datetime) -> RolloutSnapshot:
     return RolloutSnapshot(tuple(
         RolloutItem(row.id, row.version, row.model, row.from_ref, row.to_ref, RolloutSpec.model_validate(row.spec),
                     RolloutState.from_json(row.state),
-                    observe(session, row.model, [row.from_ref, row.to_ref], now, acknowledged=acknowledged))
+                    observe(session, row.model, [row.from_ref, row.to_ref], now, acknowledged=acknowledged),
+                    a_replicas(session, row.model, row.from_ref))
         for row in rows))
+
+
+def a_replicas(session: Session, model: str, a_ref: str) -> int:
+    """The most engines one of A's deployments asks for (at least 1: A may be drained already)."""
+    counts = [d.replicas for d in _deployments(session, model) if d.class_ref == a_ref]
+    return max([*counts, 1])
 
 
 def decide_rollouts(snapshot: RolloutSnapshot, now: datetime) -> RolloutDecision:
     steps = []
     for item in snapshot.rollouts:
-        transition = machine.step(item.spec, item.state, item.observations, now)
+        transition = machine.step(item.spec, item.state, item.observations, now, item.from_ref, item.to_ref,
+                                  item.a_replicas)
         changed = bool(transition.actions) or _content(transition.state) != _content(item.state)
         steps.append(RolloutStep(item, transition, changed))
     return RolloutDecision(tuple(steps))
@@ -184,16 +193,16 @@ def apply_action(session: Session, item: RolloutItem, action: Action, now: datet
         set_weights(session, item, action, now)
         return []
     if isinstance(action, ScaleUp):
-        changed = scale_up(session, item.model, item.from_ref, action.class_ref, action.replicas, now)
+        kind, changed = "scale_up", scale_up(session, item.model, item.from_ref, action.class_ref, action.replicas, now)
     elif isinstance(action, Drain):
-        changed = drain(session, item.model, action.class_ref, now)
+        kind, changed = "drain", drain(session, item.model, action.class_ref, now)
     else:
         assert isinstance(action, Record)
         record_event(session, item.id, CONTROLLER, action.event, action.message, now)
         _audit(session, item, f"rollout.{action.event}", f"rollouts/{item.id}", action, now)
         return []
     for name in changed:
-        _audit(session, item, f"rollout.{type(action).__name__.lower()}", name, action, now)
+        _audit(session, item, f"rollout.{kind}", name, action, now)
     return changed
 
 

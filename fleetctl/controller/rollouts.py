@@ -166,7 +166,7 @@ def start(session: Session, raw_spec: Any, actor: str, now: datetime) -> Started
     check_correctness(spec, changes, a.ref, b.ref)
     check_quality(spec, session, spec.model, [a.ref, b.ref], now)
     stored = {**_as_written(spec), "from": a.ref}
-    state = RolloutState(step_started_at=now, updated_at=now, message="started")
+    state = RolloutState(updated_at=now, message="started")  # the machine enters step 0 at its first run
     row = Rollout(model=spec.model, from_ref=a.ref, to_ref=b.ref, spec=stored, state=state.to_json(),
                   phase=state.phase, active_model=spec.model, created_at=now, created_by=actor, updated_at=now)
     _insert(session, row, spec.model)

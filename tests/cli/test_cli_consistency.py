@@ -24,14 +24,17 @@ from fleetctl.cli.main import app
 READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines",
+    "rollout list", "rollout status", "rollout history",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
     "down", "agent drain", "agent restart", "agent stop",
+    "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
 }
 OTHER = {
     "node uncordon", "class apply", "token create", "up", "controller migrate",
     "controller serve", "agent serve", "engine serve", "gateway serve",
+    "rollout pause", "rollout resume", "rollout watch",
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 
@@ -80,7 +83,7 @@ def test_down_accepts_yes_where_there_is_nothing_to_stop(tmp_path) -> None:
 
 
 LIST_READS = [["status"], ["node", "list"], ["engine", "list"], ["class", "list"], ["deploy", "list"],
-              ["audit", "list"], ["token", "list"]]
+              ["audit", "list"], ["token", "list"], ["rollout", "list"]]
 
 
 @pytest.mark.parametrize("args", LIST_READS, ids=" ".join)

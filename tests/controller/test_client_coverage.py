@@ -31,7 +31,7 @@ HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
-            "admin": {"admin"}, "agents": {"agents", "gateways"}}
+            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -256,6 +256,22 @@ def test_agents_gateways_and_routing_round_trip(checked: Checked) -> None:
     assert checked("viewer", "report_gateway", report).stale is False
     assert [g.generation for g in checked("viewer", "list_gateways")] == [table.generation]
     checked.assert_covered("agents")
+
+
+def test_rollouts_round_trip(checked: Checked) -> None:
+    run_one_ready_engine(checked)
+    checked("operator", "apply_class", "chat", {**SPEC, "max_num_seqs": 128})
+    checked("operator", "set_traffic", "smollm2-135m", {"chat@r1": 1.0})
+    spec = {"model": "smollm2-135m", "to": "chat@r2", "steps": [{"scale": {}}, {"setWeight": 50}]}
+    started = checked("operator", "start_rollout", spec, reason="test")
+    assert (started.from_ref, started.phase, started.spec["from"]) == ("chat@r1", "progressing", "chat@r1")
+    assert [r.id for r in checked("viewer", "list_rollouts", model="smollm2-135m", active=True)] == [started.id]
+    assert checked("viewer", "get_rollout", started.id).steps[1].text == "setWeight 50"
+    paused = checked("operator", "rollout_command", started.id, "pause", reason="test", version=started.version)
+    assert (paused.phase, paused.version) == ("paused", started.version + 1)
+    assert checked("operator", "rollout_command", started.id, "promote", full=True).phase == "progressing"
+    assert [e.event for e in checked("viewer", "rollout_history", started.id)] == ["started", "paused", "promoted"]
+    checked.assert_covered("rollouts")
 
 
 async def test_the_async_client_returns_the_same_models(checked: Checked) -> None:

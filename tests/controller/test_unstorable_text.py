@@ -32,6 +32,9 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/tokens", {"name": "ci", "role": "viewer", "reason": "{bad}"}, "admin", "reason"),
     ("DELETE", "/api/v1/tokens/ci", {"reason": "{bad}"}, "admin", "reason"),
     ("POST", "/api/v1/gateways/report", {"name": "gw", "url": "{bad}", "generation": 0, "table_age_s": 0}, "operator", "url"),
+    ("POST", "/api/v1/rollouts", {"spec": {"model": "{bad}", "to": "chat@r1", "steps": [{"setWeight": 100}]}}, "operator",
+     "spec.model"),
+    ("POST", "/api/v1/rollouts/1/abort", {"reason": "{bad}"}, "operator", "reason"),
 ]
 
 
@@ -51,7 +54,8 @@ def test_the_table_covers_every_mutating_operation(api: Api) -> None:
 def _template(path: str) -> str:
     parts = {"/api/v1/deployments/chat": "/api/v1/deployments/{name}", "/api/v1/traffic/smollm2-135m": "/api/v1/traffic/{model}",
              "/api/v1/flags/kill": "/api/v1/flags/{name}", "/api/v1/tokens/ci": "/api/v1/tokens/{name}",
-             "/api/v1/engines/chat-0/drain": "/api/v1/engines/{name}/drain"}
+             "/api/v1/engines/chat-0/drain": "/api/v1/engines/{name}/drain",
+             "/api/v1/rollouts/1/abort": "/api/v1/rollouts/{rollout_id}/{command}"}
     if path in parts:
         return parts[path]
     return path.replace("/nodes/n1/", "/nodes/{name}/")

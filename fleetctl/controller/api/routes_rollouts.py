@@ -9,9 +9,9 @@ reconcilers are woken, so the rollout acts on it at once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import Field
 from sqlalchemy.orm import Session
 
@@ -25,6 +25,7 @@ from fleetctl.controller.versions import etag
 
 router = APIRouter(prefix="/api/v1/rollouts", tags=["rollouts"])
 read = [Depends(require(VIEWER))]
+RolloutId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the rollout's id")]  # within the id column
 Command = Literal["pause", "resume", "promote", "abort", "retry", "undo"]
 
 
@@ -67,7 +68,7 @@ def rollout_list(model: str | None = Query(default=None, max_length=200), active
 
 
 @router.get("/{rollout_id}", name="rollout.show", response_model=RolloutView, dependencies=read)
-def rollout_show(rollout_id: int, response: Response, runtime: ControllerRuntime = Depends(get_runtime)) -> RolloutView:
+def rollout_show(rollout_id: RolloutId, response: Response, runtime: ControllerRuntime = Depends(get_runtime)) -> RolloutView:
     with runtime.store.session() as session:
         view = rollout_views.rollout_view(session, rollouts.get_rollout(session, rollout_id), runtime.clock())
     response.headers["ETag"] = etag(view.version)
@@ -75,14 +76,14 @@ def rollout_show(rollout_id: int, response: Response, runtime: ControllerRuntime
 
 
 @router.get("/{rollout_id}/history", name="rollout.history", response_model=list[RolloutEventView], dependencies=read)
-def rollout_history(rollout_id: int, runtime: ControllerRuntime = Depends(get_runtime)) -> list[RolloutEventView]:
+def rollout_history(rollout_id: RolloutId, runtime: ControllerRuntime = Depends(get_runtime)) -> list[RolloutEventView]:
     with runtime.store.session() as session:
         return [rollout_views.event_view(row) for row in rollouts.history(session, rollout_id)]
 
 
 @router.post("/{rollout_id}/{command}", name="rollout.command", response_model=RolloutView,
              responses={**REFUSALS, 201: {"model": RolloutView, "description": "undo: the new rollout"}})
-def rollout_command(rollout_id: int, command: Command, response: Response, body: RolloutCommand | None = None,
+def rollout_command(rollout_id: RolloutId, command: Command, response: Response, body: RolloutCommand | None = None,
                     change: Change = Depends(mutation(OPERATOR)), expected: int | None = Depends(if_match)) -> RolloutView:
     """pause | resume | promote (`full`) | abort | retry: the rollout after the command. undo (of a
     completed or aborted rollout): a new rollout back to its `from` revision with the same steps (201)."""
