@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fleetctl.controller import views
-from fleetctl.controller.gateways import is_stale
+from fleetctl.controller.gateways import is_stale, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState, TrafficPolicy
 from fleetctl.controller.rollout.state import Observations, ServedByGateway
 from fleetctl.controller.routing_generation import ROW_ID, content_digest
@@ -51,11 +51,11 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
 
 
 def served_and_drifted(session: Session, model: str, refs: list[str]) -> tuple[ServedByGateway, Mapping[str, tuple[str, ...]]]:
-    """SEAM, wired when the gateway counters and live drift detection are merged:
+    """The gateway counters and the live drift detection, in one seam:
     - served: `served_by_gateway(session, refs)` (gateway -> class_ref -> ServedCounters);
-    - drifted: `drifted_engines(session, model)` (class_ref -> engines whose running config differs).
-    Until then nothing is served (analysis is inconclusive, never a pass) and nothing has drifted."""
-    served: ServedByGateway = {}
+    - drifted: SEAM, wired when live drift detection is merged: `drifted_engines(session, model)`
+      (class_ref -> engines whose running config differs); until then nothing has drifted."""
+    served: ServedByGateway = served_by_gateway(session, refs)
     drifted: Mapping[str, tuple[str, ...]] = {}
     return served, drifted
 

@@ -16,6 +16,7 @@ import pytest
 from rollout_fleet import MODEL, RolloutFleet, wait_until
 
 TERMINAL = ("completed", "aborted")
+INCONCLUSIVE = "InconclusiveAnalysisRun"
 
 
 def make_steps(*steps: Any) -> list[dict[str, Any]]:
@@ -43,9 +44,10 @@ def latency_template(factor: float = 1.5, min_requests: int = 3) -> dict[str, An
                          "interval": "1s", "count": 3, "failureLimit": 0, "minRequests": min_requests}]}
 
 
-def errors_template(min_requests: int = 3) -> dict[str, Any]:
+def errors_template(min_requests: int = 2) -> dict[str, Any]:
+    """Background: measured every second for as long as the rollout runs (no count)."""
     return {"metrics": [{"name": "errors", "measure": "error_rate", "successCondition": "result <= 0",
-                         "interval": "1s", "count": 3, "failureLimit": 0, "minRequests": min_requests}]}
+                         "interval": "1s", "failureLimit": 0, "inconclusiveLimit": 3, "minRequests": min_requests}]}
 
 
 def spec(to: str, steps: list[dict[str, Any]], templates: dict[str, Any] | None = None,
@@ -107,6 +109,8 @@ def wait_phase(fleet: RolloutFleet, rollout_id: int, phases: str | tuple[str, ..
         last["view"] = view
         if view["phase"] in TERMINAL and view["phase"] not in wanted:
             raise AssertionError(f"rollout {rollout_id} ended {view['phase']}: {summary(view)}")
+        if view["pause_reason"] == INCONCLUSIVE and "paused" not in wanted:  # it would wait for an operator
+            raise AssertionError(f"rollout {rollout_id} paused, analysis inconclusive: {summary(view)}")
         if view["phase"] in wanted and (step_index is None or view["step_index"] == step_index):
             return view
         return None
@@ -129,12 +133,8 @@ def summary(view: dict[str, Any] | None) -> str:
 
 
 def step_starts(events: list[dict[str, Any]]) -> list[int]:
-    """The step index of every "step started" event of a history, in order."""
-    starts = []
-    for event in events:
-        if event["event"] == "step" and event.get("message", "").startswith("step "):
-            starts.append(int(event["message"].split()[1].rstrip(":")))
-    return starts
+    """The step index of every `step_started` event of a history ("step 2 (pause 3s) started"), in order."""
+    return [int(e["message"].split()[1]) for e in events if e["event"] == "step_started"]
 
 
 def wait_acknowledged_on(fleet: RolloutFleet, weights: dict[str, float], timeout_s: float = 30.0) -> None:

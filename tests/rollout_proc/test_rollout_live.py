@@ -89,8 +89,8 @@ def test_full_rollout_under_load_drops_nothing(fleet):
     a, b = fleet.current(), fleet.other()
     steps = make_steps("scale", 25, ("pause", "1s"), 50, ("analysis", ["latency"]), 100)
     body = spec(b, steps, templates={"latency": latency_template(factor=3.0), "errors": errors_template()},
-                analysis={"templates": ["errors"], "startingStep": 1})
-    with Load(fleet.gateway_url, workers=3) as load:
+                analysis={"templates": ["errors"], "startingStep": 2})  # from the pause after B's first traffic
+    with Load(fleet.gateway_url, workers=4) as load:
         load.wait_for(5)
         rollout = start(fleet, body, reason="test: full rollout")
         view = wait_phase(fleet, rollout["id"], "completed", timeout_s=READY_TIMEOUT_S)
@@ -113,7 +113,7 @@ def test_latency_regression_aborts_at_analysis_and_restores_a(fleet):
     a, slow = fleet.current(), fleet.refs["SLOW"]
     steps = make_steps("scale", 50, ("analysis", ["latency"]), 100)
     body = spec(slow, steps, templates={"latency": latency_template(factor=1.5)}, replicas=1)
-    with Load(fleet.gateway_url, workers=3) as load:
+    with Load(fleet.gateway_url, workers=4) as load:
         load.wait_for(5)
         rollout = start(fleet, body, reason="test: a slow revision")
         view = wait_phase(fleet, rollout["id"], "aborted", timeout_s=READY_TIMEOUT_S)
