@@ -45,7 +45,7 @@ BASE_CLASS = {"model": MODEL, "weights": "tiny", "kv_cache_mib": 16, "max_num_se
 CLASSES = {
     "A": BASE_CLASS,
     "B": {**BASE_CLASS, "max_num_seqs": 16},
-    "SLOW": {**BASE_CLASS, "max_num_seqs": 12, "engine_args": {"debug-step-delay-ms": 150}},
+    "SLOW": {**BASE_CLASS, "max_num_seqs": 12, "engine_args": {"debug-step-delay-ms": 300}},
 }
 
 T = TypeVar("T")

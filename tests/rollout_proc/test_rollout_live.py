@@ -88,7 +88,7 @@ def test_bad_spec_is_a_422_naming_the_field(fleet):
 def test_full_rollout_under_load_drops_nothing(fleet):
     a, b = fleet.current(), fleet.other()
     steps = make_steps("scale", 25, ("pause", "1s"), 50, ("analysis", ["latency"]), 100)
-    body = spec(b, steps, templates={"latency": latency_template(factor=3.0), "errors": errors_template()},
+    body = spec(b, steps, templates={"latency": latency_template(), "errors": errors_template()},
                 analysis={"templates": ["errors"], "startingStep": 2})  # from the pause after B's first traffic
     with Load(fleet.gateway_url, workers=4) as load:
         load.wait_for(5)
@@ -112,8 +112,9 @@ def test_full_rollout_under_load_drops_nothing(fleet):
 def test_latency_regression_aborts_at_analysis_and_restores_a(fleet):
     a, slow = fleet.current(), fleet.refs["SLOW"]
     steps = make_steps("scale", 50, ("analysis", ["latency"]), 100)
-    body = spec(slow, steps, templates={"latency": latency_template(factor=1.5)}, replicas=1)
-    with Load(fleet.gateway_url, workers=4) as load:
+    # the gate above, over 2-second windows: a slow request takes a while to be answered and counted
+    body = spec(slow, steps, templates={"latency": latency_template(interval="2s", min_requests=2)}, replicas=1)
+    with Load(fleet.gateway_url, workers=8, max_tokens=2) as load:
         load.wait_for(5)
         rollout = start(fleet, body, reason="test: a slow revision")
         view = wait_phase(fleet, rollout["id"], "aborted", timeout_s=READY_TIMEOUT_S)
