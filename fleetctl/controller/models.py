@@ -4,9 +4,8 @@ tests/controller/test_migrations.py compares the two.
 Desired state: class_revisions, deployments, traffic_policies, feature_flags, and the reconciler's output,
 assignments. Observed state: nodes (registration, heartbeat), engines (what agents report) and gateways
 (which routing table each applied, and what each served per class revision). Rollouts: rollouts (spec and
-the machine's persisted state) and rollout_events (append-only history). Bookkeeping: api_tokens, audit_events
-(append-only), routing_state
-(the routing table's generation counter).
+the machine's persisted state) and rollout_events (append-only history). Bookkeeping: api_tokens,
+audit_events (append-only), routing_state (the routing table's generation counter).
 """
 
 from __future__ import annotations
