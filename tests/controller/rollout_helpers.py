@@ -20,13 +20,20 @@ class Agent:
     def __init__(self, api: Api, node: str = "n1", engines: int = 8):
         self.api, self.node, self.generation = api, node, 0
         self.engines: list[dict[str, Any]] = []
+        self.reported: dict[str, dict[str, Any]] = {}  # class_ref -> what its engines report of their config
         register(api, node, engines=engines)
 
     def settle(self) -> None:
         for _ in range(2):  # learn the assignment, then report it applied
             reply = beat(self.api, self.node, self.generation, self.engines)
             self.generation = reply["generation"]
-            self.engines = [observed(a, "ready") for a in reply["assignment"] if not a["drain"]]
+            self.engines = [self._observed(a) for a in reply["assignment"] if not a["drain"]]
+
+    def _observed(self, assignment: dict[str, Any]) -> dict[str, Any]:
+        engine = observed(assignment, "ready")
+        if assignment["class_ref"] in self.reported:
+            engine["reported"] = self.reported[assignment["class_ref"]]
+        return engine
 
 
 class Gateway:

@@ -87,6 +87,23 @@ def test_a_gateway_that_does_not_acknowledge_holds_the_step(api: Api) -> None:
     assert view["acknowledged"] and view["step_index"] == 2
 
 
+def test_drift_on_b_blocks_the_step_that_would_send_it_traffic_until_it_is_gone(api: Api) -> None:
+    """B's engine reports a KV cache dtype its class does not declare (say, started by hand with another
+    --kv-cache-dtype): the step that would send B traffic waits, and goes on once the drift is gone."""
+    drifting, gateway = served_by_r1(api), Gateway(api)
+    drifting.reported[R2] = {"source": "reference", "settings": {"kv_cache_dtype": "bfloat16"}}
+    gateway.refresh()
+    start(api, spec())
+    seen = run_until(api, drifting, gateway, lambda v: v["pause_reason"] == "EngineConfigDrift")
+    view = seen[-1]
+    assert view["phase"] == "paused" and view["step_index"] == 1 and share_of_b(view) == 0.0
+    assert view["drifted"] == {R2: [f"{B_DEPLOYMENT}-0"]} and f"{B_DEPLOYMENT}-0" in view["message"]
+    held = [tick(api, drifting, gateway) for _ in range(3)]
+    assert all(v["step_index"] == 1 and share_of_b(v) == 0.0 for v in held)  # no traffic to a drifted engine
+    del drifting.reported[R2]  # the engine replaced by one that runs its class
+    run_until(api, drifting, gateway, lambda v: share_of_b(v) == 0.5)
+
+
 def test_abort_returns_all_traffic_to_a_and_drains_b_then_retry_and_undo(api: Api) -> None:
     agent, gateway = served_by_r1(api), Gateway(api)
     gateway.refresh()
