@@ -205,8 +205,7 @@ def watch(
     exit_on_pause: Annotated[bool, typer.Option("--exit-on-pause", help="exit 9 when the rollout pauses for an "
                                                 "operator (an indefinite pause, an inconclusive analysis)")] = False,
 ) -> None:
-    """Follow a rollout live; exit 0 when it completes, 8 when it aborts (9 with --exit-on-pause when it waits
-    for an operator, 1 on --timeout, 130 on Ctrl-C: the rollout itself goes on)."""
+    """Follow a rollout live: exit 0 completed, 8 aborted, 9 paused for an operator (--exit-on-pause)."""
     from fleetctl.cli.rollout_watch import watch as watch_rollout  # the live screen (rich)
     from rich.console import Console
 
