@@ -36,7 +36,7 @@ LIST_COLUMNS = [col("ID", "id"), col("MODEL", "model"), col("FROM", "from_ref"),
                 col("PHASE", "phase"), Column("STEP", lambda r: f"{r['step_index']}/{len(r['steps'])}"),
                 Column("WEIGHT", lambda r: f"{r['weight']}%"), col("UPDATED", "updated_at")]
 HISTORY_COLUMNS = [col("AT", "at"), col("ACTOR", "actor"), col("EVENT", "event"), col("MESSAGE", "message")]
-MARKERS = {"done": "✓", "current": "▶", "pending": " ", "skipped": "-"}
+MARKERS = {"done": "✓", "current": "▶", "pending": " ", "skipped": "-", "not_run": "x"}
 
 
 # --- building a spec from flags (pure) ---

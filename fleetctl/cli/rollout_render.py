@@ -56,7 +56,7 @@ OUTCOMES = {
     PENDING: ("◷", "yellow"),
 }
 STEPS = {"done": ("✔", "green"), "current": ("▶", "bold bright_blue"), "pending": (" ", "dim"),
-         "skipped": ("↷", "dim")}
+         "skipped": ("↷", "dim"), "not_run": ("✖", "dim")}
 KINDS = {"step": "step", "background": "bg"}  # which analysis run a gate belongs to
 OPS = {"<=": "≤", ">=": "≥", "<": "<", ">": ">"}
 
@@ -124,8 +124,8 @@ def steps(view: RolloutView, max_steps: int = MAX_STEPS) -> list[Text]:
     for step in shown:
         icon, style = STEPS.get(step.status, ("?", ""))
         line = Text.assemble(("  " + icon + " ", style), (step.text, style if step.status != "current" else "bold"))
-        if step.status == "skipped":
-            line.append(" (skipped)", style="dim")
+        if step.status in ("skipped", "not_run"):
+            line.append(" (skipped)" if step.status == "skipped" else " (not run: aborted)", style="dim")
         if step.status == "current" and view.pause_left_s is not None:
             line.append(f"   {duration(view.pause_left_s)} left", style="yellow")
         lines.append(line)
@@ -168,7 +168,7 @@ def gates(view: RolloutView, width: int) -> list[Text]:
 
 def progress(view: RolloutView, width: int) -> Text:
     total = len(view.steps)
-    done = sum(1 for s in view.steps if s.status in ("done", "skipped"))
+    done = sum(1 for s in view.steps if s.status in ("done", "skipped"))  # not_run steps are not done
     bar_w = max(10, min(MAX_BAR + 20, width - LABEL - 22))
     _, colour = PHASES.get(view.phase, ("?", "yellow"))
     line = Text.assemble(("Progress".ljust(LABEL), "bold"))

@@ -20,6 +20,7 @@ from fleetctl.controller.rollout.spec import (
 )
 from fleetctl.controller.rollout.state import (
     ABORTED,
+    ABORTING,
     COMPLETED,
     PAUSE_STEP,
     PAUSED,
@@ -63,8 +64,10 @@ def step_views(spec: RolloutSpec, state: RolloutState) -> list[StepView]:
 def step_status(index: int, state: RolloutState) -> str:
     if index < state.step_index:
         return "done"
-    if state.phase in (COMPLETED, ABORTED):
-        return "skipped"  # promoted past it (promote --full), or the rollout was aborted before it
+    if state.phase == COMPLETED:
+        return "skipped"  # promoted past it (promote --full)
+    if state.phase in (ABORTED, ABORTING):
+        return "not_run"  # the rollout was aborted before it
     return "current" if index == state.step_index else "pending"
 
 

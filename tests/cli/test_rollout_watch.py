@@ -409,3 +409,24 @@ def test_on_a_terminal_the_screen_is_redrawn_in_place() -> None:
     assert "rollout #7 completed" not in drawn  # the ending line goes to stderr, after the screen
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
     assert "▶ analysis latency" in plain and "6/6 steps  100%" in plain
+
+
+def test_an_aborted_rollout_shows_the_steps_it_never_ran_and_counts_only_those_done() -> None:
+    from rich.console import Console
+
+    from fleetctl.cli.rollout_render import render
+    from fleetctl.controller.rollout.view import RolloutView, StepView
+
+    steps = [StepView(index=0, kind="scale", text="scale", status="done"),
+             StepView(index=1, kind="setWeight", text="setWeight 20", status="done"),
+             StepView(index=2, kind="pause", text="pause 20s", status="not_run"),
+             StepView(index=3, kind="setWeight", text="setWeight 100", status="not_run")]
+    view = RolloutView(id=2, model="tiny", from_ref="tiny@r2", to_ref="tiny@r1", phase="aborted", step_index=2,
+                       steps=steps, weight=0, weights={"tiny@r2": 100.0}, acknowledged=True,
+                       ready={"tiny@r2": 2, "tiny@r1": 0}, desired={"tiny@r2": 2, "tiny@r1": 0},
+                       abort_reason="aborted by alice", progress=0.5, created_at="2026-12-01T00:00:00+00:00",
+                       created_by="alice", updated_at="2026-12-01T00:00:00+00:00", version=3, spec={})
+    console = Console(width=80, record=True)
+    console.print(render(view, width=80))
+    text = console.export_text()
+    assert "pause 20s (not run: aborted)" in text and "2/4 steps" in text

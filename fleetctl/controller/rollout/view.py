@@ -13,7 +13,7 @@ class StepView(BaseModel):
     index: int
     kind: str  # setWeight | pause | analysis | scale
     text: str  # "setWeight 10", "pause 2m", "pause (until promote)", "analysis latency", "scale 2 engine(s)"
-    status: str  # done | current | pending | skipped
+    status: str  # done | current | pending | skipped (promoted past it) | not_run (aborted before it)
 
 
 class MeasurementView(BaseModel):
