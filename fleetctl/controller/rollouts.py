@@ -246,7 +246,9 @@ def state_of(row: Rollout) -> RolloutState:
 
 # --- commands ---
 
-PAST = {"pause": "paused", "resume": "resumed", "promote": "promoted", "abort": "aborted", "retry": "retried"}
+# the history event of each command; an abort asked for is "aborting" (traffic on its way back to A): the
+# machine records "aborted" once every gateway routes all of it to A and B is drained
+PAST = {"pause": "paused", "resume": "resumed", "promote": "promoted", "abort": "aborting", "retry": "retried"}
 
 
 def command(session: Session, rollout_id: int, verb: str, actor: str, now: datetime, full: bool = False,
@@ -263,7 +265,8 @@ def command(session: Session, rollout_id: int, verb: str, actor: str, now: datet
         refuse_if_other_active(session, row)
     write_state(session, row, new, now)
     detail = " (full: every remaining step skipped)" if verb == "promote" and full else ""
-    record_event(session, row.id, actor, PAST[verb], f"{PAST[verb]} by {actor}{detail}" + (f": {reason}" if reason else ""),
+    said = "abort asked" if verb == "abort" else PAST[verb]
+    record_event(session, row.id, actor, PAST[verb], f"{said} by {actor}{detail}" + (f": {reason}" if reason else ""),
                  now)
     return row
 

@@ -146,7 +146,7 @@ def test_operator_commands_change_the_state_and_are_recorded(api: Api) -> None:
     refused = command(api, rollout_id, "retry")
     assert (refused.status_code, refused.json()["error"]["code"]) == (409, "not_aborted")
     assert command(api, rollout_id, "abort").json()["phase"] == "aborting"
-    assert history(api, rollout_id) == ["started", "paused", "resumed", "aborted"]
+    assert history(api, rollout_id) == ["started", "paused", "resumed", "aborting"]
     assert [a for a in audit_actions(api) if a[0] == "rollout.command"] == [
         ("rollout.command", "ok", None), ("rollout.command", "refused", "already_paused"),
         ("rollout.command", "ok", None), ("rollout.command", "refused", "not_aborted"), ("rollout.command", "ok", None)]

@@ -99,6 +99,10 @@ def test_inline_analysis_passes_to_the_next_step() -> None:
     assert state.phase == COMPLETED
     outcome = [r for r in records(actions, "analysis") if r.step == 2]
     assert len(outcome) == 1 and SUCCESSFUL in outcome[0].message
+    measured = records(actions, "measurement")  # each measurement is in the history, once (count: 2)
+    assert [m.message.split(":")[0] for m in measured] == [
+        "step 2 analysis latency/ttft #1", "step 2 analysis latency/ttft #2"]
+    assert all(m.step == 2 and "Successful" in m.message for m in measured)
 
 
 def test_inline_analysis_failure_aborts_back_to_a_and_drains_b() -> None:

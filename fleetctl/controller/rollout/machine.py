@@ -381,9 +381,15 @@ def _start_background(t: _Tick) -> None:
 
 
 def _advance(t: _Tick, run: AnalysisRun, what: str) -> AnalysisRun:
-    """Advance a run; record its outcome when it ends; wake for its next measurement."""
-    before = run.phase
+    """Advance a run; record each new measurement and the run's outcome when it ends; wake for its next
+    measurement."""
+    before, taken = run.phase, {(m.template, m.name): m.count for m in run.metrics}
     run = analysis.advance(run, t.spec.templates, t.obs, t.a, t.b, t.now)
+    for metric in run.metrics:
+        if metric.count > taken.get((metric.template, metric.name), 0) and metric.measurements:
+            latest = metric.measurements[-1]
+            t.record("measurement", f"{what} {metric.template}/{metric.name} #{metric.count}: {latest.phase}: "
+                     f"{latest.message}", run.step_index)
     if run.phase != before and run.phase in analysis.TERMINAL_PHASES:
         t.record("analysis", f"{what} {run.phase}: {run.message}", run.step_index)
     t.wake_at(analysis.next_due(run))
