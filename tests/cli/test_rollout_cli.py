@@ -1,62 +1,29 @@
 """`fleetctl rollout ...` end to end against a real controller on loopback (its reconcilers run in the
-background), with a minimal agent loop that reports every assigned engine ready: start from flags and from
+background), with the traffic tests' minimal agent loop, which reports every assigned engine ready: start from flags and from
 a file, status and list, pause/resume/promote/abort/retry/undo and history by id or model; bad specs are one
 line and exit 2 with nothing stored; a second rollout of the model is refused naming the first."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from cli_helpers import Fleet, ok, one_error_line
+from traffic_helpers import MODEL, SPEC, agent
 
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.rollout_cmd import parse_steps, spec_from_flags
-from fleetctl.client import ControllerClient
 from fleetctl.errors import ValidationFailed
-
-MODEL = "smollm2-135m"
-SPEC = {"model": MODEL, "weights": "smollm2"}
-
-
-@contextmanager
-def agent(fleet: Fleet, node: str = "n1") -> Iterator[None]:
-    """Heartbeats every 50 ms, reporting every assigned engine ready (drained ones gone)."""
-    stop = threading.Event()
-    client = ControllerClient(fleet.server.url, fleet.tokens["agent"])
-    client.register_agent({"node": node, "url": f"http://{node}", "labels": {}, "capacity": {"engines": 8, "kv_mib": 1},
-                           "agent_version": "test"})
-
-    def loop() -> None:
-        generation, engines = 0, []
-        while not stop.is_set():
-            reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
-            generation = reply.generation
-            engines = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role, "state": "ready",
-                        "url": "http://127.0.0.1:1", "metrics": {}} for a in reply.assignment if not a.drain]
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        client.close()
-
 
 @pytest.fixture
 def served(fleet: Fleet) -> Iterator[Fleet]:
     """chat@r1 serving MODEL with all its traffic, chat@r2 applied (performance-only difference)."""
-    with fleet.client("operator") as api, agent(fleet):
+    with fleet.client("operator") as api, agent(fleet, engines=8):
         api.apply_class("chat", SPEC)
         api.apply_class("chat", {**SPEC, "max_num_seqs": 128})
         api.set_deployment("chat", "chat@r1", 1)

@@ -23,12 +23,13 @@ LONG_CONTEXT = {"max_model_len": 8192}  # a correctness difference from SPEC
 
 
 @contextmanager
-def agent(fleet: Fleet, node: str = "n1") -> Iterator[None]:
-    """Heartbeats every 50 ms, reporting every assigned engine ready."""
+def agent(fleet: Fleet, node: str = "n1", engines: int = 4) -> Iterator[None]:
+    """Heartbeats every 50 ms, reporting every assigned engine ready (drained ones gone, as an agent does
+    once it stopped them)."""
     stop = threading.Event()
     client = ControllerClient(fleet.server.url, fleet.tokens["agent"])
-    client.register_agent({"node": node, "url": f"http://{node}", "labels": {}, "capacity": {"engines": 4, "kv_mib": 1},
-                           "agent_version": "test"})
+    client.register_agent({"node": node, "url": f"http://{node}", "labels": {},
+                           "capacity": {"engines": engines, "kv_mib": 1}, "agent_version": "test"})
 
     def loop() -> None:
         generation, engines = 0, []
@@ -36,7 +37,8 @@ def agent(fleet: Fleet, node: str = "n1") -> Iterator[None]:
             reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
             generation = reply.generation
             engines = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role,
-                        "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}} for a in reply.assignment]
+                        "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}}
+                       for a in reply.assignment if not a.drain]
             stop.wait(0.05)
 
     thread = threading.Thread(target=loop, daemon=True)
