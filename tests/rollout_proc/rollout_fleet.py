@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +31,7 @@ from fleetctl.errors import FleetError
 from fleetctl.localfleet import FleetRecord, down, processes
 from fleetctl.localfleet.fleet import agent_command, agent_up, controller_up, gateway_command, gateway_up
 from fleetctl.localfleet.processes import ProcessInfo, fleetctl_argv
+from tests.fleet.fleet_helpers import wait_until  # noqa: F401 (the rollout tests take it from here)
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "tiny"
@@ -47,21 +48,6 @@ CLASSES = {
     "B": {**BASE_CLASS, "max_num_seqs": 16},
     "SLOW": {**BASE_CLASS, "max_num_seqs": 12, "engine_args": {"debug-step-delay-ms": 300}},
 }
-
-T = TypeVar("T")
-
-
-def wait_until(probe: Callable[[], T], timeout_s: float, what: str, every_s: float = 0.2) -> T:
-    """Poll `probe` until it returns something truthy; fail the test with `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {value!r}")
-        time.sleep(every_s)
-
 
 @dataclass(frozen=True)
 class FleetOptions:
