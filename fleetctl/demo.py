@@ -2,6 +2,10 @@
 status, two rollouts under live requests (one completes; one to engines made slow is aborted by its
 latency gate: fleetctl/demo_rollout.py), then `fleetctl down` (unless --keep).
 
+The demo's fleet lives in its own state dir (`demo_state_dir()`), started afresh on every run: a fleet kept
+by an earlier `--keep` is stopped with `fleetctl down` first and its state removed, so the rollouts always
+start from the one revision `fleetctl up` deploys.
+
 Every step is the command a user would type (`fleetctl up --detach`, `fleetctl status`, `fleetctl down`),
 run as a subprocess, so the demo shows the real path. Requests go through the gateway, which routes each one
 by prefix locality and load and says which engine served it (`x-fleet-served-by`).
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +29,7 @@ from engine.contract import REFERENCE_MODELS
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
 from fleetctl.demo_rollout import run_rollouts
+from fleetctl.localfleet.fleet import FLEET_FILE
 from fleetctl.localfleet.processes import child_env, fleetctl_argv
 
 QUESTIONS = [
@@ -33,8 +39,13 @@ QUESTIONS = [
 ]
 
 
+def demo_state_dir() -> Path:
+    return default_state_dir() / "demo"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _fresh(demo_state_dir())
     fleet = _up(args)
     if fleet is None:
         return 1
@@ -44,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         _ask(fleet, args.max_tokens)
         _run(["status"], env)
         if args.rollouts:
-            ok = run_rollouts(fleet, env, Path(fleet["state_dir"]) / "demo")
+            ok = run_rollouts(fleet, env, Path(fleet["state_dir"]) / "files")
     finally:
         if args.keep:
             print(f"\nthe fleet keeps running; stop it with: fleetctl down --state-dir {fleet['state_dir']}")
@@ -63,13 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fresh(state_dir: Path) -> None:
+    """Stop a fleet an earlier demo kept running there, then remove its state (its database, logs, files)."""
+    if (state_dir / FLEET_FILE).exists():
+        _run(["down", "--state-dir", str(state_dir)])
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
 def _up(args: argparse.Namespace) -> dict[str, Any] | None:
     """`fleetctl up --detach`; its progress shows on the terminal, its JSON summary is parsed."""
     port = "8080" if port_is_free(int(DEFAULT_CONTROLLER.rsplit(":", 1)[1])) else "0"
     gateway_port = "8000" if port_is_free(8000) else "0"
     command = ["up", "--detach", "--model", args.model, "--nodes", str(args.nodes), "--controller-port", port,
                "--gateway-port", gateway_port,
-               "--state-dir", str(default_state_dir()), "-o", "json"]
+               "--state-dir", str(demo_state_dir()), "-o", "json"]
     print(f"$ fleetctl {' '.join(command)}", flush=True)
     result = subprocess.run(fleetctl_argv(*command), stdout=subprocess.PIPE, text=True, env=child_env({}))
     if result.returncode != 0:
