@@ -121,7 +121,8 @@ def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> 
         spec_file = _write_yaml(work_dir / "rollout-slow.yaml", slow_rollout_spec(model, ref_c))
         print(f"\n# {spec_file}\n{spec_file.read_text()}", end="")
         _run(["rollout", "start", "-f", str(spec_file), "--reason", "demo: a slow revision"], env)
-        aborted = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT], env) == 8
+        # --exit-on-pause: a gate that cannot decide says so at once instead of waiting out the timeout
+        aborted = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT, "--exit-on-pause"], env) == 8
         print("the gate aborted the rollout (watch exit 8)" if aborted else "the rollout was NOT aborted")
         print(live.summary())
     _run(["traffic", "get", model], env)
@@ -130,9 +131,11 @@ def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> 
 
 def slow_rollout_spec(model: str, to: str) -> dict[str, Any]:
     """Half the traffic to B, then an analysis of B's p90 inter-token latency against A's (failureLimit 0:
-    the first failed measurement aborts)."""
+    the first failed measurement aborts). The client threads wait on B's slow streams, so a window can hold
+    few of A's requests: 20 s windows, and one thin (inconclusive) window is let pass."""
     latency = {"metrics": [{"name": "itl", "measure": "itl_p90_s", "successCondition": "result <= 1.5 * baseline",
-                            "interval": "10s", "count": 3, "failureLimit": 0, "minRequests": 3}]}
+                            "interval": "20s", "count": 3, "failureLimit": 0, "inconclusiveLimit": 1,
+                            "minRequests": 3}]}
     return {"model": model, "to": to, "steps": [{"scale": {}}, {"setWeight": 50}, {"analysis": {"templates": ["latency"]}},
                                                 {"setWeight": 100}],
             "templates": {"latency": latency}}
