@@ -153,6 +153,13 @@ def correctness_values(spec: ReplicaClassSpec) -> dict[str, Any]:
     return shown
 
 
+def correctness_digest(spec: ReplicaClassSpec) -> str:
+    """sha256 of the correctness-tagged values (None values left out, as the spec digest leaves out an unset
+    engine_version): two revisions with the same one give the same tokens, so the canary compares them exactly."""
+    values = {k: v for k, v in correctness_values(spec).items() if v is not None}
+    return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def diff(old: ReplicaClassSpec, new: ReplicaClassSpec) -> list[dict[str, Any]]:
     """Changed fields, each {field, tag, old, new}, correctness first. engine_args is reported per flag as
     `engine_args.FLAG`, with None for a flag that one side does not set."""

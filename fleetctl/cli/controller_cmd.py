@@ -63,6 +63,19 @@ def serve(
     token_cache_s: Annotated[float | None, _opt("token_cache_s", "--token-cache-s")] = None,
     max_body_bytes: Annotated[int | None, _opt("max_body_bytes", "--max-body-bytes")] = None,
     migrate_on_start: Annotated[bool | None, _opt("migrate_on_start", "--migrate-on-start/--no-migrate-on-start")] = None,
+    canary_budget_share: Annotated[float | None, _opt("canary_budget_share", "--canary-budget-share")] = None,
+    canary_capacity_window_s: Annotated[float | None, _opt("canary_capacity_window_s", "--canary-capacity-window")] = None,
+    canary_pinned_interval_s: Annotated[float | None, _opt("canary_pinned_interval_s", "--canary-pinned-interval")] = None,
+    canary_production_interval_s: Annotated[
+        float | None, _opt("canary_production_interval_s", "--canary-production-interval")] = None,
+    canary_floor_interval_s: Annotated[float | None, _opt("canary_floor_interval_s", "--canary-floor-interval")] = None,
+    canary_false_alarm_days: Annotated[float | None, _opt("canary_false_alarm_days", "--canary-false-alarm-days")] = None,
+    canary_shift: Annotated[float | None, _opt("canary_shift", "--canary-shift")] = None,
+    canary_min_probes: Annotated[int | None, _opt("canary_min_probes", "--canary-min-probes")] = None,
+    canary_recovery_probes: Annotated[int | None, _opt("canary_recovery_probes", "--canary-recovery-probes")] = None,
+    canary_timeout_s: Annotated[float | None, _opt("canary_timeout_s", "--canary-timeout")] = None,
+    canary_concurrency: Annotated[int | None, _opt("canary_concurrency", "--canary-concurrency")] = None,
+    canary_webhook_url: Annotated[str | None, _opt("canary_webhook_url", "--canary-webhook-url")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="log every request")] = False,
 ) -> None:
@@ -72,7 +85,14 @@ def serve(
     settings = _settings(db_url=db_url, state_dir=state_dir, host=host, port=port, heartbeat_interval_s=heartbeat_interval,
                          down_after_s=down_after, reconcile_interval_s=reconcile_interval,
                          heartbeat_flush_s=heartbeat_flush, token_cache_s=token_cache_s,
-                         max_body_bytes=max_body_bytes, migrate_on_start=migrate_on_start)
+                         max_body_bytes=max_body_bytes, migrate_on_start=migrate_on_start,
+                         canary_budget_share=canary_budget_share, canary_capacity_window_s=canary_capacity_window_s,
+                         canary_pinned_interval_s=canary_pinned_interval_s,
+                         canary_production_interval_s=canary_production_interval_s,
+                         canary_floor_interval_s=canary_floor_interval_s, canary_false_alarm_days=canary_false_alarm_days,
+                         canary_shift=canary_shift, canary_min_probes=canary_min_probes,
+                         canary_recovery_probes=canary_recovery_probes, canary_timeout_s=canary_timeout_s,
+                         canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url)
     run(settings, log_level=log_level.lower(), access_log=access_log)
 
 

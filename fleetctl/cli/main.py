@@ -21,6 +21,7 @@ import typer
 from fleetctl.cli import (
     agent_cmd,
     audit_cmd,
+    canary_cmd,
     class_cmd,
     controller_cmd,
     deploy_cmd,
@@ -51,6 +52,7 @@ COMMAND_MODULES: list[ModuleType] = [
     gateway_cmd,  # gateway serve; route explain (NAME None: merged at the top level)
     traffic_cmd,  # traffic get|set
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
+    canary_cmd,  # canary record|status|show|events
 ]
 
 app = typer.Typer(

@@ -64,6 +64,33 @@ class ControllerSettings(BaseModel):
     max_body_bytes: int = Field(default=MIB, gt=0, description="largest request body in bytes; larger is a 413")
     migrate_on_start: bool = Field(default=True, description="apply Alembic migrations when the controller starts")
     background: bool = Field(default=True, description="run the leader election + reconcile loop in a background thread")
+    # --- the quality canary (fleetctl/canary, docs/canary.md) ---
+    canary_budget_share: float = Field(
+        default=0.02, gt=0, le=1, description="probes may cost at most this share of the fleet's busy capacity "
+        "(its peak served tokens/s over canary_capacity_window_s)")
+    canary_capacity_window_s: float = Field(
+        default=3600.0, gt=0, description="trailing window over which the fleet's busy capacity is measured")
+    canary_pinned_interval_s: float = Field(
+        default=60.0, gt=0, description="seconds between pinned probes of one stream (class revision x batch "
+        "condition) while the budget allows")
+    canary_production_interval_s: float = Field(
+        default=5.0, gt=0, description="seconds between production-path probes of one model while the budget allows")
+    canary_floor_interval_s: float = Field(
+        default=120.0, gt=0, description="the budget never stretches a stream's interval beyond this (the floor rate)")
+    canary_false_alarm_days: float = Field(
+        default=30.0, gt=0, description="target mean time between false alarms of one stream, probing at its "
+        "configured interval; the tests' thresholds follow from it")
+    canary_shift: float = Field(
+        default=0.15, gt=0, lt=1, description="the shift the tests are tuned to detect: this fraction of a stream's "
+        "probes turning bad (0.15: a misroute of 15 requests in 100)")
+    canary_min_probes: int = Field(
+        default=10, ge=1, description="scored probes a stream needs before its verdict is anything but not_measured")
+    canary_recovery_probes: int = Field(
+        default=20, ge=1, description="consecutive good probes after an alarm before a stream is healthy again")
+    canary_timeout_s: float = Field(default=60.0, gt=0, description="seconds one probe (with its fillers) may take")
+    canary_concurrency: int = Field(default=2, ge=1, description="probes in flight at once, fleet-wide")
+    canary_webhook_url: str | None = Field(
+        default=None, description="POST each canary alert and recovery here as JSON; default none")
 
     @property
     def database_url(self) -> str:

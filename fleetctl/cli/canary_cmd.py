@@ -1,0 +1,9 @@
+"""`fleetctl canary ...`: the app is canary_app.app; each module imported here adds its commands to it."""
+
+from __future__ import annotations
+
+from fleetctl.cli.canary_app import app
+
+NAME = "canary"
+
+__all__ = ["NAME", "app"]
