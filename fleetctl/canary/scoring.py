@@ -1,0 +1,39 @@
+"""One probe's answer against its reference: did the greedy tokens match, where did they part, how far apart
+are the top-k distributions, did the expected answer pass, and does the probe count as bad. Pure.
+
+Two modes (the reference's `canary_refs.reference_for` says which):
+- exact: the reference came from a class with the same correctness fields, so any token difference is a
+  divergence. The class's own batch noise is not forgiven here: the stream's p0 (noise.py) accounts for it.
+- tolerance: the reference came from a correctness-different class (a long-context build). Its tokens may
+  differ; the probe diverges only when its distributions are further from the reference's than the golden
+  set's `tolerance.max_distance` (or than the reference class's own run-to-run distance at that batch
+  condition, whichever is larger), or, with `require_expected`, when its expected answer fails.
+
+The distance covers the matching prefix and the first diverging position: the distribution there is still
+conditioned on the same tokens, so it is comparable (and is where a wrong token shows first); past it the
+contexts differ.
+
+The answer test is separate: a prompt takes part only when it has an expected answer that the reference's
+own answer passed (a prompt the known-good class gets wrong says nothing about the class under test).
+"""
+
+from __future__ import annotations
+
+from fleetctl.canary.distance import expected_passes, first_divergence, topk_distance
+from fleetctl.canary.types import CompareMode, ConditionNoise, GoldenPrompt, ProbeOutput, PromptReference, Score, Tolerance
+
+
+def score_probe(output: ProbeOutput, ref: PromptReference, prompt: GoldenPrompt, mode: CompareMode,
+                tolerance: Tolerance, noise: ConditionNoise | None = None) -> Score:
+    divergence = first_divergence(ref.tokens, output.tokens)
+    compared = None if divergence is None else divergence + 1
+    distance = topk_distance(ref.top_logprobs, output.top_logprobs, upto=compared)
+    expected_pass = expected_passes(output.text, prompt.expected) if prompt.expected is not None else None
+    if mode == "exact":
+        diverged = divergence is not None
+    else:
+        allowed = max(tolerance.max_distance, noise.max_distance if noise is not None else 0.0)
+        diverged = distance > allowed or (tolerance.require_expected and expected_pass is False)
+    answer_bad = (not expected_pass) if expected_pass is not None and ref.expected_pass is True else None
+    return Score(match=divergence is None, first_divergence=divergence, expected_pass=expected_pass,
+                 distance=distance, diverged=diverged, answer_bad=answer_bad, mode=mode)
