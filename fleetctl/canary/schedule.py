@@ -1,0 +1,251 @@
+"""Which probes to send now, within the budget: pure functions over a snapshot.
+
+Streams. Each model with a reference has:
+- one pinned stream per (live class revision, batch condition in `conditions`): its golden prompts pinned to
+  that revision, each with `condition - 1` concurrent fillers, every `pinned_interval_s`. Live means the
+  revision has ready engines, whatever its traffic weight (a rollout's new revision at weight 0 is measured
+  before it takes traffic);
+- one production stream: its golden prompts through the gateway unpinned, every `production_interval_s`.
+A revision whose reference is missing has no pinned streams; a model without any reference has no streams.
+Each stream walks its prompts in order (`next_index`), so every prompt is probed at every condition in turn.
+
+Budget. Probes may cost `budget_share` of the fleet's busy capacity (the peak served tokens/s the fleet
+reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would cost at their configured
+intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
+with it; when demand exceeds it, every stream's interval stretches by the same factor, demand / allowed,
+but never beyond `floor_interval_s`: an idle fleet (no capacity measured) and a revision at a thin rollout
+step are still probed at the floor rate, since idle capacity costs nobody anything. The factor follows from
+the expected cost, not from the measured rate, so it does not swing between "all" and "none" as a measured
+window fills and empties; the measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
+
+Order. At most `concurrency` probes are in flight; a stream in flight is not planned again. Of the streams
+due, the production streams go first (the path users see), then the most overdue (never probed first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey
+
+FILLER_EXTRA_TOKENS = 16  # a filler asks for 2 x the probe's max_tokens + this (probe_client), so it outlasts it
+CHAT_MESSAGE_TOKENS = 8  # what a chat template adds per message, roughly (for the estimate below)
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """A golden prompt and how many prompt tokens one request of it costs (observed, else estimated)."""
+
+    prompt: GoldenPrompt
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelTargets:
+    """One model: its live class revisions, each with the prompts of the reference it is judged against
+    (empty: it has none, so it is not probed), and the production stream's prompts (empty: no reference)."""
+
+    model: str
+    revisions: Mapping[str, tuple[PromptSlot, ...]]
+    production: tuple[PromptSlot, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamHistory:
+    last_sent: datetime | None = None
+    next_index: int = 0  # the prompt to send next (modulo the stream's prompts)
+
+
+@dataclass(frozen=True)
+class ScheduleSnapshot:
+    now: datetime
+    enabled: bool  # the canary_probes flag
+    models: tuple[ModelTargets, ...]
+    streams: Mapping[StreamKey, StreamHistory] = field(default_factory=dict)  # absent: never probed
+    spent_tokens: float = 0.0  # probe tokens (fillers included) sent in the trailing budget window
+    busy_capacity: float = 0.0  # the fleet's busy capacity, served tokens/s; 0: not measured (idle)
+    in_flight: frozenset[StreamKey] = frozenset()
+
+
+@dataclass(frozen=True)
+class ScheduleParams:
+    pinned_interval_s: float
+    production_interval_s: float
+    floor_interval_s: float
+    budget_share: float
+    budget_window_s: float  # over which spent_tokens was summed
+    concurrency: int
+    conditions: tuple[int, ...] = BATCH_CONDITIONS
+
+
+@dataclass(frozen=True)
+class PlannedProbe:
+    stream: StreamKey
+    model: str
+    kind: ProbeKind
+    pin: str | None  # the class revision (x-fleet-pin-class); None on the production path
+    fillers: int  # concurrent filler requests: the stream's batch condition - 1
+    prompt: GoldenPrompt
+    expected_tokens: int  # what it should cost, fillers included (an upper bound)
+
+    @property
+    def prompt_id(self) -> str:
+        return self.prompt.id
+
+    @property
+    def condition(self) -> int:
+        """The batch condition it is planned at (production: 1, no fillers)."""
+        return self.stream.condition or 1
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    share: float  # measured: probe tokens/s over the busy capacity (0 when no capacity is measured)
+    allowed: float  # probe tokens/s the budget allows
+    factor: float  # every stream's interval is stretched by this (>= 1; inf: no capacity, floor rate)
+    demand: float = 0.0  # probe tokens/s the streams would cost at their configured intervals
+
+
+@dataclass(frozen=True)
+class Stream:
+    key: StreamKey
+    prompts: tuple[PromptSlot, ...]
+    interval_s: float  # configured, before the budget stretches it
+
+    @property
+    def fillers(self) -> int:
+        return max(0, (self.key.condition or 1) - 1)
+
+
+# --- costs ---------------------------------------------------------------------------------------------------
+
+def filler_tokens(prompt_tokens: int, completion_tokens: int) -> int:
+    """What one filler costs at most: the prompt, and up to 2 x the probe's completion + 16 tokens (fillers
+    are cancelled when the probe ends, so this is an upper bound)."""
+    return prompt_tokens + 2 * completion_tokens + FILLER_EXTRA_TOKENS
+
+
+def probe_tokens(prompt_tokens: int, completion_tokens: int, fillers: int) -> int:
+    """A probe's cost with its fillers: the planned cost (max_tokens as the completion) or, from a stored
+    probe's counts, what it cost (its fillers estimated as above)."""
+    return prompt_tokens + completion_tokens + fillers * filler_tokens(prompt_tokens, completion_tokens)
+
+
+def estimate_prompt_tokens(prompt: GoldenPrompt) -> int:
+    """About 4 characters a token, plus a chat template's few tokens per message (before any probe of the
+    prompt has reported its real count)."""
+    if prompt.messages is not None:
+        text = sum(len(m.get("content", "")) for m in prompt.messages)
+        return text // 4 + 1 + CHAT_MESSAGE_TOKENS * len(prompt.messages)
+    return len(prompt.prompt or "") // 4 + 1
+
+
+def slot_tokens(slot: PromptSlot, fillers: int) -> int:
+    return probe_tokens(slot.prompt_tokens, slot.prompt.sampling.max_tokens, fillers)
+
+
+def mean_probe_tokens(stream: Stream) -> float:
+    return sum(slot_tokens(s, stream.fillers) for s in stream.prompts) / len(stream.prompts)
+
+
+# --- streams, budget, plan -----------------------------------------------------------------------------------
+
+def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
+    """Every stream the snapshot calls for, in key order."""
+    found = []
+    for target in snapshot.models:
+        live = {ref: prompts for ref, prompts in target.revisions.items() if prompts}
+        if target.production and target.revisions:
+            found.append(Stream(StreamKey(target.model, "production"), target.production, params.production_interval_s))
+        for ref, prompts in live.items():
+            for condition in params.conditions:
+                found.append(Stream(StreamKey(target.model, "pinned", ref, condition), prompts, params.pinned_interval_s))
+    return sorted(found, key=lambda s: _order_key(s.key))
+
+
+def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetState:
+    capacity = snapshot.busy_capacity
+    recent_rate = snapshot.spent_tokens / params.budget_window_s
+    share = recent_rate / capacity if capacity > 0 else 0.0
+    allowed = params.budget_share * capacity
+    demand = sum(mean_probe_tokens(s) / s.interval_s for s in streams(snapshot, params))
+    if demand <= allowed:
+        factor = 1.0
+    else:
+        factor = demand / allowed if allowed > 0 else math.inf
+    return BudgetState(share=share, allowed=allowed, factor=factor, demand=demand)
+
+
+def effective_interval(configured_s: float, factor: float, floor_interval_s: float) -> float:
+    """The configured interval stretched by the budget's factor, at most the floor interval (but never
+    shorter than configured: a configured interval longer than the floor is kept)."""
+    return max(configured_s, min(configured_s * factor, floor_interval_s))
+
+
+def plan(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[PlannedProbe]:
+    """The probes to send now (empty when the flag is off, nothing is due or every slot is taken)."""
+    if not snapshot.enabled:
+        return []
+    free = params.concurrency - len(snapshot.in_flight)
+    if free <= 0:
+        return []
+    budget = budget_state(snapshot, params)
+    due = []
+    for stream in streams(snapshot, params):
+        if stream.key in snapshot.in_flight:
+            continue
+        overdue = _overdue_s(snapshot, stream, budget.factor, params)
+        if overdue is not None:
+            due.append((stream, overdue))
+    due.sort(key=lambda item: (item[0].key.kind != "production", -item[1], _order_key(item[0].key)))
+    return [_planned(snapshot, stream) for stream, _ in due[:free]]
+
+
+def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> float | None:
+    """How long until a stream that is not in flight is due (0: one is due now); None when there are no
+    streams (or the flag is off)."""
+    if not snapshot.enabled:
+        return None
+    budget = budget_state(snapshot, params)
+    waits = []
+    for stream in streams(snapshot, params):
+        if stream.key in snapshot.in_flight:
+            continue
+        last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
+        if last is None:
+            return 0.0
+        interval = effective_interval(stream.interval_s, budget.factor, params.floor_interval_s)
+        waits.append(max(0.0, interval - (snapshot.now - last).total_seconds()))
+    return min(waits, default=None)
+
+
+def _overdue_s(snapshot: ScheduleSnapshot, stream: Stream, factor: float, params: ScheduleParams) -> float | None:
+    """Seconds past due (inf: never probed); None when not due."""
+    last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
+    if last is None:
+        return math.inf
+    interval = effective_interval(stream.interval_s, factor, params.floor_interval_s)
+    overdue = (snapshot.now - last).total_seconds() - interval
+    return overdue if overdue >= 0 else None
+
+
+def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
+    index = snapshot.streams.get(stream.key, StreamHistory()).next_index
+    slot = stream.prompts[index % len(stream.prompts)]
+    key = stream.key
+    return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, fillers=stream.fillers,
+                        prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers))
+
+
+def _order_key(key: StreamKey) -> tuple[str, str, str, int]:
+    return (key.model, key.kind, key.class_ref or "", key.condition or 0)
+
+
+def next_index_after(prompts: Sequence[PromptSlot], prompt_id: str | None) -> int:
+    """The index after `prompt_id` in `prompts` (0 when it is not there): how a stream resumes its rotation
+    from its last stored probe."""
+    ids = [slot.prompt.id for slot in prompts]
+    return (ids.index(prompt_id) + 1) % len(ids) if prompt_id in ids else 0

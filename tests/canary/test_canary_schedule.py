@@ -1,0 +1,176 @@
+"""schedule.plan and budget_state over hand-built snapshots: the streams a fleet calls for, the flag, the
+concurrency limit and its order, prompt rotation, the budget's stretch factor and its floor."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleetctl.canary.schedule import (
+    ModelTargets,
+    PromptSlot,
+    ScheduleParams,
+    ScheduleSnapshot,
+    StreamHistory,
+    budget_state,
+    effective_interval,
+    estimate_prompt_tokens,
+    next_index_after,
+    plan,
+    probe_tokens,
+    seconds_to_next_due,
+    streams,
+)
+from fleetctl.canary.types import GoldenPrompt, Sampling, StreamKey
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+A, B = "chat@r1", "chat@r2"
+PROMPTS = tuple(PromptSlot(GoldenPrompt(id=f"p{i}", prompt="x" * 36, sampling=Sampling(max_tokens=10)), 10)
+                for i in range(3))
+PARAMS = ScheduleParams(pinned_interval_s=60.0, production_interval_s=5.0, floor_interval_s=120.0, budget_share=0.02,
+                        budget_window_s=300.0, concurrency=100, conditions=(1, 4))
+PROD = StreamKey("m", "production")
+
+
+def pinned(ref: str, condition: int) -> StreamKey:
+    return StreamKey("m", "pinned", ref, condition)
+
+
+def snap(revisions: dict[str, tuple[PromptSlot, ...]] | None = None, production: tuple[PromptSlot, ...] = PROMPTS,
+         **changes: object) -> ScheduleSnapshot:
+    targets = ModelTargets("m", {A: PROMPTS} if revisions is None else revisions, production)
+    values: dict[str, object] = {"now": NOW, "enabled": True, "models": (targets,), "busy_capacity": 1e9}
+    values.update(changes)
+    return ScheduleSnapshot(**values)  # type: ignore[arg-type]
+
+
+def ago(seconds: float, next_index: int = 0) -> StreamHistory:
+    return StreamHistory(NOW - timedelta(seconds=seconds), next_index)
+
+
+def keys(planned: list) -> list[StreamKey]:
+    return [p.stream for p in planned]
+
+
+def test_every_stream_is_planned_once_when_nothing_was_sent_production_first() -> None:
+    planned = plan(snap({A: PROMPTS, B: PROMPTS}), PARAMS)
+    assert keys(planned) == [PROD, pinned(A, 1), pinned(A, 4), pinned(B, 1), pinned(B, 4)]
+    prod, a1, a4 = planned[0], planned[1], planned[2]
+    assert (prod.kind, prod.pin, prod.fillers, prod.condition) == ("production", None, 0, 1)
+    assert (a1.kind, a1.pin, a1.fillers) == ("pinned", A, 0)
+    assert (a4.pin, a4.fillers, a4.condition) == (A, 3, 4)
+    assert {p.prompt_id for p in planned} == {"p0"}
+
+
+def test_expected_tokens_count_the_fillers() -> None:
+    a1, a4 = plan(snap(), PARAMS)[1:3]
+    assert a1.expected_tokens == 10 + 10  # prompt + max_tokens
+    assert a4.expected_tokens == 20 + 3 * (10 + 2 * 10 + 16) == probe_tokens(10, 10, 3)
+
+
+def test_the_flag_off_plans_nothing() -> None:
+    assert plan(snap(enabled=False), PARAMS) == []
+    assert seconds_to_next_due(snap(enabled=False), PARAMS) is None
+
+
+def test_every_revision_with_ready_engines_is_probed_whatever_its_weight() -> None:
+    # the snapshot lists live revisions (ready engines), not weights: a rollout's new revision at weight 0 is one
+    found = {s.key for s in streams(snap({A: PROMPTS, B: PROMPTS}), PARAMS)}
+    assert {pinned(B, 1), pinned(B, 4)} <= found
+
+
+def test_a_revision_without_a_reference_is_not_probed() -> None:
+    found = {s.key for s in streams(snap({A: PROMPTS, B: ()}), PARAMS)}
+    assert found == {PROD, pinned(A, 1), pinned(A, 4)}
+
+
+def test_a_model_without_any_reference_is_not_probed() -> None:
+    assert plan(snap({A: (), B: ()}, production=()), PARAMS) == []
+
+
+def test_no_live_revision_no_production_probe() -> None:
+    assert plan(snap({}), PARAMS) == []
+
+
+def test_concurrency_takes_production_first_then_the_most_overdue() -> None:
+    history = {PROD: ago(6), pinned(A, 1): ago(61), pinned(A, 4): ago(90)}
+    params = ScheduleParams(**{**PARAMS.__dict__, "concurrency": 2})
+    assert keys(plan(snap(streams=history), params)) == [PROD, pinned(A, 4)]
+
+
+def test_never_probed_streams_are_the_most_overdue() -> None:
+    history = {PROD: ago(1), pinned(A, 1): ago(500)}
+    params = ScheduleParams(**{**PARAMS.__dict__, "concurrency": 1})
+    assert keys(plan(snap(streams=history), params)) == [pinned(A, 4)]
+
+
+def test_streams_in_flight_are_not_planned_again_and_take_their_slots() -> None:
+    params = ScheduleParams(**{**PARAMS.__dict__, "concurrency": 2})
+    planned = plan(snap(in_flight=frozenset({PROD})), params)
+    assert keys(planned) == [pinned(A, 1)]
+    assert plan(snap(in_flight=frozenset({PROD, pinned(A, 4)})), params) == []
+
+
+def test_a_stream_is_due_after_its_interval() -> None:
+    history = {PROD: ago(4.9), pinned(A, 1): ago(59), pinned(A, 4): ago(60)}
+    assert keys(plan(snap(streams=history), PARAMS)) == [pinned(A, 4)]
+    assert seconds_to_next_due(snap(streams={**history, pinned(A, 4): ago(1)}), PARAMS) == pytest.approx(0.1)
+
+
+def test_prompts_rotate_per_stream() -> None:
+    history = {PROD: ago(10, next_index=2), pinned(A, 1): ago(100, next_index=4), pinned(A, 4): ago(100, next_index=0)}
+    by_key = {p.stream: p.prompt_id for p in plan(snap(streams=history), PARAMS)}
+    assert by_key == {PROD: "p2", pinned(A, 1): "p1", pinned(A, 4): "p0"}  # modulo the 3 prompts
+    assert next_index_after(PROMPTS, "p2") == 0 and next_index_after(PROMPTS, "p0") == 1
+    assert next_index_after(PROMPTS, "gone") == 0
+
+
+def test_within_the_budget_nothing_is_stretched() -> None:
+    state = budget_state(snap(busy_capacity=1e6), PARAMS)
+    assert state.factor == 1.0 and state.allowed == pytest.approx(0.02e6)
+    # demand: production 20 tokens / 5 s, b1 20 / 60 s, b4 158 / 60 s
+    assert state.demand == pytest.approx(20 / 5 + 20 / 60 + 158 / 60)
+
+
+def test_over_the_budget_every_interval_stretches_by_the_same_factor() -> None:
+    demand = 20 / 5 + 20 / 60 + 158 / 60
+    capacity = demand / 0.02 / 3  # demand is 3x what is allowed
+    state = budget_state(snap(busy_capacity=capacity), PARAMS)
+    assert state.factor == pytest.approx(3.0)
+    # production: 5 s -> 15 s; pinned: 60 s -> 180 s, held at the 120 s floor
+    history = {PROD: ago(14), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [pinned(A, 4)]
+    history[PROD] = ago(15)
+    assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
+
+
+def test_an_idle_fleet_is_probed_at_the_floor_rate() -> None:
+    state = budget_state(snap(busy_capacity=0.0, spent_tokens=5000.0), PARAMS)
+    assert state.factor == math.inf and state.allowed == 0.0 and state.share == 0.0
+    history = {PROD: ago(119), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    assert keys(plan(snap(busy_capacity=0.0, streams=history), PARAMS)) == [pinned(A, 4)]
+    assert seconds_to_next_due(snap(busy_capacity=0.0, streams=history), PARAMS) == 0.0
+
+
+def test_the_share_is_the_measured_probe_rate_over_the_busy_capacity() -> None:
+    state = budget_state(snap(busy_capacity=1000.0, spent_tokens=3000.0), PARAMS)
+    assert state.share == pytest.approx(3000 / 300 / 1000)
+
+
+def test_the_floor_never_shortens_a_longer_configured_interval() -> None:
+    assert effective_interval(300.0, 2.0, 120.0) == 300.0
+    assert effective_interval(60.0, math.inf, 120.0) == 120.0
+    assert effective_interval(5.0, 1.0, 120.0) == 5.0
+
+
+def test_prompt_token_estimates() -> None:
+    assert estimate_prompt_tokens(GoldenPrompt(id="c", prompt="x" * 40)) == 11
+    chat = GoldenPrompt(id="c", messages=[{"role": "user", "content": "x" * 40}])
+    assert estimate_prompt_tokens(chat) == 11 + 8
+
+
+def test_plan_is_deterministic() -> None:
+    snapshot = snap({A: PROMPTS, B: PROMPTS}, streams={PROD: ago(30), pinned(B, 4): ago(70)})
+    assert plan(snapshot, PARAMS) == plan(snapshot, PARAMS)
