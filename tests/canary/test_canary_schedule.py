@@ -142,7 +142,7 @@ def test_over_the_budget_every_interval_stretches_by_the_same_factor() -> None:
     # production: 5 s -> 15 s; pinned: 60 s -> 180 s, held at the 120 s floor
     history = {PROD: ago(14), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [pinned(A, 4)]
-    history[PROD] = ago(15)
+    history[PROD] = ago(15.01)
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
 
