@@ -22,6 +22,8 @@ SAMPLES = {
     "kv_cache_usage_perc": metric_names.KV_CACHE_USAGE_PERC,
     "prefix_cache_queries": metric_names.PREFIX_CACHE_QUERIES + "_total",
     "prefix_cache_hits": metric_names.PREFIX_CACHE_HITS + "_total",
+    "prompt_tokens": metric_names.PROMPT_TOKENS + "_total",
+    "generation_tokens": metric_names.GENERATION_TOKENS + "_total",
 }
 AVERAGED = {"kv_cache_usage_perc"}
 FRACTIONS = {"kv_cache_usage_perc"}

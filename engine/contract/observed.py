@@ -7,7 +7,7 @@ non-negative, every string fits its column (`fields`). Unknown fields are ignore
 to an older controller; `launched` and `reported` (engine.contract.launched) default to None, so an older
 agent's beat still validates.
 
-`EngineMetrics` allows extra figures beyond the five named ones (an agent may report more of an engine's
+`EngineMetrics` allows extra figures beyond the named ones (an agent may report more of an engine's
 metrics; they pass through to the routing table): at most `MAX_EXTRA_METRICS`, each named by a
 `METRIC_NAME` of at most `METRIC_NAME_MAX` characters, each a finite non-negative number.
 """
@@ -41,6 +41,9 @@ class EngineMetrics(BaseModel):
     kv_cache_usage_perc: Fraction = Field(default=0.0, description="a fraction in 0..1, as vLLM reports it")
     prefix_cache_queries: NonNegative = Field(default=0, description="tokens looked up in the prefix cache (counter)")
     prefix_cache_hits: NonNegative = Field(default=0, description="tokens found there (counter)")
+    # served tokens (the canary measures the fleet's busy capacity from them); an older agent sends none: 0
+    prompt_tokens: NonNegative = Field(default=0, description="prompt tokens processed (counter)")
+    generation_tokens: NonNegative = Field(default=0, description="tokens generated (counter)")
 
     @model_validator(mode="before")
     @classmethod

@@ -32,6 +32,13 @@ vllm:prefix_cache_queries_total{engine="1",model_name="smollm2-135m"} 1000.0
 # TYPE vllm:prefix_cache_hits counter
 vllm:prefix_cache_hits_total{engine="0",model_name="smollm2-135m"} 4.40416e+07
 vllm:prefix_cache_hits_total{engine="1",model_name="smollm2-135m"} 500.0
+# HELP vllm:prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="smollm2-135m"} 12000.0
+vllm:prompt_tokens_total{engine="1",model_name="smollm2-135m"} 3000.0
+# HELP vllm:generation_tokens Number of generation tokens processed.
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="smollm2-135m"} 4000.0
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="smollm2-135m"} 0.0
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="smollm2-135m"} 4.0
@@ -44,7 +51,16 @@ def test_sample_exposition():
     assert parse_engine_metrics(SAMPLE) == EngineMetrics(
         num_requests_running=4, num_requests_waiting=2, kv_cache_usage_perc=0.375,
         prefix_cache_queries=64_929_219 + 1000, prefix_cache_hits=44_041_600 + 500,
+        prompt_tokens=15_000, generation_tokens=4000,
     )
+
+
+def test_served_token_counters_from_an_older_engine_read_as_zero_and_an_older_agent_beat_validates():
+    text = 'vllm:num_requests_running{engine="0"} 1\n'
+    assert (parse_engine_metrics(text).prompt_tokens, parse_engine_metrics(text).generation_tokens) == (0, 0)
+    older = {"num_requests_running": 1, "num_requests_waiting": 0, "kv_cache_usage_perc": 0.0,
+             "prefix_cache_queries": 0, "prefix_cache_hits": 0}
+    assert EngineMetrics.model_validate(older).generation_tokens == 0
 
 
 def test_untyped_counters_as_an_older_scrape_shows_them():
