@@ -37,6 +37,8 @@ SERVE_OPTIONS = OptionMap(
     not_options={
         "bootstrap_token": f"a secret, read from env {ENV_VARS['bootstrap_token']} only (a flag would show it in "
         "the process list)",
+        "canary_probe_api_key": f"a secret, read from env {ENV_VARS['canary_probe_api_key']} only (a flag would "
+        "show it in the process list)",
         "background": "off only where tests build the API without its reconcile loop; a served controller runs it",
     },
 )
@@ -76,6 +78,9 @@ def serve(
     canary_timeout_s: Annotated[float | None, _opt("canary_timeout_s", "--canary-timeout")] = None,
     canary_concurrency: Annotated[int | None, _opt("canary_concurrency", "--canary-concurrency")] = None,
     canary_webhook_url: Annotated[str | None, _opt("canary_webhook_url", "--canary-webhook-url")] = None,
+    canary_budget_window_s: Annotated[float | None, _opt("canary_budget_window_s", "--canary-budget-window")] = None,
+    canary_probe_retention_s: Annotated[
+        float | None, _opt("canary_probe_retention_s", "--canary-probe-retention")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="log every request")] = False,
 ) -> None:
@@ -92,7 +97,9 @@ def serve(
                          canary_floor_interval_s=canary_floor_interval_s, canary_false_alarm_days=canary_false_alarm_days,
                          canary_shift=canary_shift, canary_min_probes=canary_min_probes,
                          canary_recovery_probes=canary_recovery_probes, canary_timeout_s=canary_timeout_s,
-                         canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url)
+                         canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url,
+                         canary_budget_window_s=canary_budget_window_s,
+                         canary_probe_retention_s=canary_probe_retention_s)
     run(settings, log_level=log_level.lower(), access_log=access_log)
 
 

@@ -27,6 +27,7 @@ ENV_VARS = {
     "reconcile_interval_s": "FLEET_RECONCILE_INTERVAL_S",
     "heartbeat_flush_s": "FLEET_HEARTBEAT_FLUSH_S",
     "bootstrap_token": "FLEET_BOOTSTRAP_TOKEN",
+    "canary_probe_api_key": "FLEET_CANARY_PROBE_API_KEY",
 }
 
 
@@ -89,6 +90,14 @@ class ControllerSettings(BaseModel):
         default=20, ge=1, description="consecutive good probes after an alarm before a stream is healthy again")
     canary_timeout_s: float = Field(default=60.0, gt=0, description="seconds one probe (with its fillers) may take")
     canary_concurrency: int = Field(default=2, ge=1, description="probes in flight at once, fleet-wide")
+    canary_budget_window_s: float = Field(
+        default=300.0, gt=0, description="trailing window over which the probes' token rate (the probe share) "
+        "is measured")
+    canary_probe_retention_s: float = Field(
+        default=7 * 86400.0, gt=0, description="seconds a stored probe is kept; older ones are deleted")
+    canary_probe_api_key: str | None = Field(
+        default=None, repr=False, description="API key the controller's probes send to gateways that require "
+        "one (Authorization: Bearer); give it no rate limit. Default none (open gateways)")
     canary_webhook_url: str | None = Field(
         default=None, description="POST each canary alert and recovery here as JSON; default none")
 

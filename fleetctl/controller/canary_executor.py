@@ -1,0 +1,270 @@
+"""Sending the planned probes, off the reconcile loop, and storing what they found.
+
+`ProbeExecutor` owns one background thread running its own asyncio loop and one httpx.AsyncClient.
+`submit` hands it planned probes (schedule.PlannedProbe, each with the gateway to send it through) and
+returns at once; each probe then runs as its own task:
+1. `send` (default `fleetctl.canary.probe_client.send_probe`) sends the golden prompt through the gateway,
+   pinned or on the production path, with its fillers, and returns a ProbeOutput or raises;
+2. in a worker thread, in a session of its own: the reference the serving class revision is judged against
+   (`canary_refs.reference_for`), the score (`scoring.score_probe`), and one canary_probes row.
+A probe that failed (an error from the gateway, a timeout, an answer that cannot be scored) is still a row,
+with `error` set and no score: the verdicts skip it, and the history shows it.
+A stream stays in `in_flight` from `submit` until its row is stored, so the scheduler never plans it twice.
+`stop` cancels what is in flight and ends the thread (leadership lost, the runtime stopping); a later
+`submit` starts it again.
+
+The row's condition is the batch condition the engine reported serving the probe at (types.condition_for
+of its batch size) when it reported one, else the planned one (vLLM does not report it: the probe relies
+on the fillers it sent).
+
+Metrics (on the controller's registry): `fleet_canary_probes_total{model,kind,result}` (result ok | error)
+and `fleet_canary_probe_tokens_total{model,kind}` (prompt and completion tokens, fillers estimated as the
+budget counts them: schedule.probe_tokens); the reconciler sets `fleet_canary_probe_share`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
+from datetime import datetime
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from sqlalchemy.orm import Session
+
+from fleetctl.canary.schedule import PlannedProbe, probe_tokens
+from fleetctl.canary.scoring import score_probe
+from fleetctl.canary.types import ProbeOutput, ProbeRecord, StreamKey, condition_for
+from fleetctl.controller.canary_refs import reference_for
+from fleetctl.controller.db import Store
+from fleetctl.controller.models import CanaryProbe
+
+log = logging.getLogger(__name__)
+
+SendProbe = Callable[..., Awaitable[ProbeOutput]]  # probe_client.send_probe's signature
+ERROR_CHARS = 500  # a stored error is one readable line, not a dump
+TIMEOUT_GRACE_S = 5.0  # beyond the probe's own timeout, before the executor gives up on `send`
+STOP_TIMEOUT_S = 10.0
+OK, ERROR = "ok", "error"
+
+
+async def default_send(client: httpx.AsyncClient, gateway_url: str, model: str, prompt: Any, **kwargs: Any) -> ProbeOutput:
+    """The probe client, imported when first used (it is its own module, with its own tests)."""
+    from fleetctl.canary.probe_client import send_probe
+
+    return await send_probe(client, gateway_url, model, prompt, **kwargs)
+
+
+class CanaryProbeMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.share = Gauge("fleet_canary_probe_share", "Probe tokens per second (fillers included) over the "
+                           "fleet's busy capacity, over the budget window.", registry=registry)
+        self.probes = Counter("fleet_canary_probes", "Canary probes sent, by outcome (ok: scored; error: "
+                              "failed or not scorable).", ["model", "kind", "result"], registry=registry)
+        self.tokens = Counter("fleet_canary_probe_tokens", "Tokens canary probes cost (fillers estimated).",
+                              ["model", "kind"], registry=registry)
+
+    def count(self, record: ProbeRecord) -> None:
+        self.probes.labels(record.model, record.kind, OK if record.error is None else ERROR).inc()
+        tokens = probe_tokens(record.prompt_tokens, record.completion_tokens, fillers_of(record.kind, record.condition))
+        self.tokens.labels(record.model, record.kind).inc(tokens)
+
+
+def fillers_of(kind: str, condition: int) -> int:
+    """The fillers a stored probe is counted with: a pinned probe's condition - 1 (an estimate when the
+    engine reported a batch larger than the fillers made), none on the production path."""
+    return max(0, condition - 1) if kind == "pinned" else 0
+
+
+# --- one probe's row ------------------------------------------------------------------------------------------
+
+def failed_record(planned: PlannedProbe, at: datetime, error: str) -> ProbeRecord:
+    return ProbeRecord(at=at, model=planned.model, kind=planned.kind, class_ref=planned.pin, condition=planned.condition,
+                       prompt_id=planned.prompt_id, error=error[:ERROR_CHARS])
+
+
+def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, at: datetime) -> ProbeRecord:
+    """The probe's row: scored against the reference its serving revision is judged against, or, when it
+    cannot be scored, with the reason as its error (its token counts kept: they were spent)."""
+    class_ref = output.class_ref or planned.pin
+    condition = condition_for(output.batch_size) if output.batch_size is not None else planned.condition
+    record = ProbeRecord(at=at, model=planned.model, kind=planned.kind, class_ref=class_ref, engine=output.engine,
+                         condition=condition, batch_size=output.batch_size, prompt_id=planned.prompt_id,
+                         prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens)
+    if class_ref is None:
+        return _unscored(record, "the gateway did not say which class revision served it (x-fleet-served-by)")
+    if planned.pin is not None and class_ref != planned.pin:
+        return _unscored(record, f"pinned to {planned.pin} but served by {class_ref}")
+    chosen = reference_for(session, planned.model, class_ref)
+    if chosen is None:
+        return _unscored(record, f"model {planned.model!r} has no reference")
+    reference = chosen.reference.prompts.get(planned.prompt_id)
+    prompt = next((p for p in chosen.golden.prompts if p.id == planned.prompt_id), None)
+    if reference is None or prompt is None:
+        return _unscored(record.model_copy(update={"reference_id": chosen.id}),
+                         f"prompt {planned.prompt_id!r} is not in reference {chosen.id}")
+    if prompt != planned.prompt:
+        return _unscored(record.model_copy(update={"reference_id": chosen.id}),
+                         f"prompt {planned.prompt_id!r} differs from the one in reference {chosen.id}'s golden set")
+    score = score_probe(output, reference, prompt, chosen.mode, chosen.golden.tolerance, reference.noise.get(condition))
+    return record.model_copy(update={"reference_id": chosen.id, "score": score})
+
+
+def _unscored(record: ProbeRecord, error: str) -> ProbeRecord:
+    return record.model_copy(update={"error": error[:ERROR_CHARS]})
+
+
+def insert_probe(session: Session, record: ProbeRecord) -> int:
+    row = CanaryProbe(at=record.at, model=record.model, kind=record.kind, class_ref=record.class_ref,
+                      engine=record.engine, condition=record.condition, batch_size=record.batch_size,
+                      prompt_id=record.prompt_id, reference_id=record.reference_id,
+                      score=record.score.model_dump(mode="json") if record.score is not None else None,
+                      prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens,
+                      error=record.error)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a failed send (ProbeError's message says what failed; never the request's headers)."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return "timed out"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- the executor -----------------------------------------------------------------------------------------------
+
+class ProbeExecutor:
+    def __init__(self, store: Store, send: SendProbe | None = None, *, headers: Mapping[str, str] | None = None,
+                 timeout_s: float = 60.0, metrics: CanaryProbeMetrics | None = None):
+        """`headers` go with every probe (the gateway's API key, when it requires one); `timeout_s` is
+        one probe's, fillers included."""
+        self.store = store
+        self.send = send or default_send
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.metrics = metrics
+        self.stored = 0  # rows written (tests wait on it)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight: set[StreamKey] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._thread: threading.Thread | None = None
+        self._futures: set[Future[None]] = set()
+
+    def in_flight(self) -> frozenset[StreamKey]:
+        with self._lock:
+            return frozenset(self._in_flight)
+
+    def submit(self, probes: Sequence[tuple[PlannedProbe, str]], at: datetime) -> list[StreamKey]:
+        """Start each (probe, gateway URL) whose stream is not in flight; returns the streams started."""
+        started = []
+        with self._lock:
+            fresh = [(p, url) for p, url in probes if p.stream not in self._in_flight]
+            self._in_flight.update(p.stream for p, _ in fresh)
+        if not fresh:
+            return started
+        loop = self._ensure_running()
+        for planned, url in fresh:
+            future = asyncio.run_coroutine_threadsafe(self._run(planned, url, at), loop)
+            with self._lock:
+                self._futures.add(future)
+            future.add_done_callback(self._forget)
+            started.append(planned.stream)
+        return started
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Until nothing is in flight (tests); False if that took longer than `timeout_s`."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._in_flight, timeout=timeout_s)
+
+    def stop(self) -> None:
+        """Cancel what is in flight and end the thread (idempotent)."""
+        with self._lock:
+            loop, thread, futures = self._loop, self._thread, list(self._futures)
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        for future in futures:
+            future.cancel()
+        asyncio.run_coroutine_threadsafe(self._close_client(), loop).result(timeout=STOP_TIMEOUT_S)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=STOP_TIMEOUT_S)
+        with self._idle:
+            self._in_flight.clear()
+            self._idle.notify_all()
+
+    # --- inside the loop ---
+
+    def _ensure_running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is not None:
+                return self._loop
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+            thread = threading.Thread(target=self._serve, args=(loop, ready), name="fleetctl-canary-probes",
+                                      daemon=True)
+            self._loop, self._thread = loop, thread
+        thread.start()
+        ready.wait(STOP_TIMEOUT_S)
+        return loop
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        self._client = httpx.AsyncClient()
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def _run(self, planned: PlannedProbe, gateway_url: str, at: datetime) -> None:
+        try:
+            try:
+                assert self._client is not None
+                output = await asyncio.wait_for(
+                    self.send(self._client, gateway_url, planned.model, planned.prompt, kind=planned.kind,
+                              pin=planned.pin, fillers=planned.fillers, headers=self.headers,
+                              timeout_s=self.timeout_s),
+                    self.timeout_s + TIMEOUT_GRACE_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure is the probe's outcome, stored; never the loop's end
+                log.info("canary probe %s %s failed: %s", planned.stream.label(), planned.prompt_id, describe(exc))
+                await asyncio.to_thread(self._store, planned, None, describe(exc), at)
+            else:
+                await asyncio.to_thread(self._store, planned, output, None, at)
+        finally:
+            with self._idle:
+                self._in_flight.discard(planned.stream)
+                self._idle.notify_all()
+
+    def _store(self, planned: PlannedProbe, output: ProbeOutput | None, error: str | None, at: datetime) -> None:
+        try:
+            with self.store.session() as session:
+                record = failed_record(planned, at, error or "") if output is None else \
+                    scored_record(session, planned, output, at)
+                insert_probe(session, record)
+        except Exception:  # the store is down: this probe is lost; the stream is due again and retried
+            log.exception("storing canary probe %s %s failed", planned.stream.label(), planned.prompt_id)
+            return
+        with self._lock:
+            self.stored += 1
+        if self.metrics is not None:
+            self.metrics.count(record)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
