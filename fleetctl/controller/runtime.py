@@ -3,7 +3,8 @@
 `start()` applies migrations (if configured), creates the bootstrap token on first start and starts the
 background threads: the reconcilers' loop (reconcile/runner.py: while this process leads, each reconciler
 runs on its own schedule) and the heartbeat flusher. The reconcilers are the placement reconciler
-(reconciler.py) and the rollout reconciler (rollout_reconciler.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
+(reconciler.py), the rollout reconciler (rollout_reconciler.py) and the canary probe reconciler
+(canary_probes.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from fleetctl.controller import drift
 from fleetctl.controller.auth import TokenCache, hash_token
+from fleetctl.controller.canary_probes import CanaryProbeReconciler
 from fleetctl.controller.db import Store, migrate
 from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
@@ -36,10 +38,13 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def default_reconcilers(settings: ControllerSettings) -> list[Reconciler[Any, Any, Any]]:
-    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run."""
+def default_reconcilers(settings: ControllerSettings, store: Store,
+                        metrics: ControllerMetrics | None = None) -> list[Reconciler[Any, Any, Any]]:
+    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run. The
+    canary probe reconciler sends its probes from its own thread (canary_probes.py)."""
     return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
-            RolloutReconciler(settings.reconcile_interval_s)]
+            RolloutReconciler(settings.reconcile_interval_s),
+            CanaryProbeReconciler(settings, store, metrics)]
 
 
 class ControllerRuntime:
@@ -65,7 +70,8 @@ class ControllerRuntime:
             self.store, self.wake, clock=clock, on_dropped=self.metrics.count_dropped_heartbeat) if settings.heartbeat_flush_s > 0 else None
         self._wake = threading.Event()  # set: a wake is pending (the runner takes it at its next pass)
         self.runner = ReconcileRunner(
-            self.store, self.election, default_reconcilers(settings) if reconcilers is None else reconcilers,
+            self.store, self.election,
+            default_reconcilers(settings, self.store, self.metrics) if reconcilers is None else reconcilers,
             self.metrics, clock=clock, timer=timer, refresh=self.flush_heartbeats, wake=self._wake,
         )
         self._stop = threading.Event()

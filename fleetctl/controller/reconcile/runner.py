@@ -12,6 +12,10 @@ One pass (`run_due`, or `run_all` for every reconciler regardless of schedule):
 Passes never overlap (one lock: the loop and callers of `run_due`/`run_all` take turns). Every run is
 counted in the metrics (metrics.py) under its reconciler's name.
 
+A reconciler that keeps work running between its runs (the canary probe reconciler's executor) may define
+`on_leadership_lost()`, called at the first pass that finds this process no longer leading, and `close()`,
+called when the runner stops.
+
 The background loop (`start`/`stop`) sleeps until the first reconciler is due or a wake arrives. Wakes are
 coalesced: the next pass starts no sooner than 3x the last pass's duration after it ended (at most the
 shortest interval). A pass reads the whole fleet, and a heartbeat from a node that was down wakes the loop,
@@ -92,6 +96,7 @@ class ReconcileRunner:
         self._wake = wake or threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leading = False  # as of the last pass
         metrics.declare_reconcilers(names)
 
     def schedule(self, name: str) -> Schedule:
@@ -113,7 +118,11 @@ class ReconcileRunner:
         with self._pass_lock:
             self._take_wake()
             if not self.election.ensure():
+                if self._leading:
+                    self._leading = False
+                    self._notify("on_leadership_lost")
                 return PassReport(leading=False)
+            self._leading = True
             at = self.timer()
             due = [r for r in self.reconcilers if not only_due or is_due(self._schedules[r.name], at)]
             report = PassReport(leading=True)
@@ -171,6 +180,19 @@ class ReconcileRunner:
             self._thread.join(timeout=STOP_TIMEOUT_S)
         with self._pass_lock:
             self.election.release()
+            self._leading = False
+            self._notify("close")
+
+    def _notify(self, hook: str) -> None:
+        """Call `hook` on every reconciler that has it; one that raises is logged, the others still run."""
+        for reconciler in self.reconcilers:
+            method = getattr(reconciler, hook, None)
+            if method is None:
+                continue
+            try:
+                method()
+            except Exception:
+                log.exception("reconciler %s: %s failed", reconciler.name, hook)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

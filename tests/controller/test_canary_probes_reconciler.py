@@ -1,0 +1,331 @@
+"""The canary probe reconciler on SQLite and PostgreSQL, driven by `runtime.step()` under an injected clock:
+a simulated agent reports engines ready, a gateway reports its URL, a golden set and a reference are stored.
+The network path (gateway and engines, which these store tests do not run) is stood in for by
+`NetworkStandIn`, which answers each probe from the stored reference; the probe client itself is tested
+against a real gateway in its own tests.
+
+Checked here: every stream of a live revision (a zero-weight one too) gets its probe, scored and stored;
+production probes are attributed to the class that served them; the flag turns probes off; a fleet with no
+measured capacity is probed at the floor rate, a busy one at the configured intervals; the share metric;
+failed and unscorable probes stored as errors; in-flight probes not planned twice; stopping cancels them;
+old probes pruned."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from ctl_helpers import Api, Clock, beat, deploy
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from rollout_helpers import MODEL, R1, R2, Agent, served_by_r1
+from sqlalchemy import select
+
+from fleetctl.canary.types import ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling
+from fleetctl.controller.api.app import create_app
+from fleetctl.controller.canary_probes import CANARY_PROBES, PROBES_FLAG, CanaryProbeReconciler, prune_probes
+from fleetctl.controller.canary_refs import class_correctness_digest
+from fleetctl.controller.models import CanaryProbe, CanaryReference, GoldenSetRow
+from fleetctl.controller.runtime import ControllerRuntime
+from fleetctl.controller.settings import ControllerSettings
+from fleetctl.controller.testing import role_tokens
+
+GOLDEN = GoldenSet(name="canary-test", version=1, model=MODEL, prompts=[
+    GoldenPrompt(id="sum", prompt="2+2=", sampling=Sampling(max_tokens=4)),
+    GoldenPrompt(id="hello", messages=[{"role": "user", "content": "Say hello"}], sampling=Sampling(max_tokens=4)),
+])
+TOKENS = {"sum": [11, 12, 13], "hello": [21, 22, 23]}
+CONDITIONS = (1, 4, 8, 16)
+SETTLE_S = 10.0
+
+
+class NetworkStandIn:
+    """Stands in for the network path (gateway + engines): answers a probe with the reference's tokens,
+    served by the pinned revision (production: `serves_production`), at a batch of fillers + 1, as the
+    reference engine reports it. `wrong` revisions answer with other tokens; `fail` makes every send raise;
+    `hold` makes sends wait until released (in flight)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.serves_production = R1
+        self.wrong: set[str] = set()
+        self.fail: str | None = None
+        self.hold: asyncio.Event | None = None
+        self.no_served_by = False
+
+    async def __call__(self, client: Any, gateway_url: str, model: str, prompt: GoldenPrompt, *, kind: str,
+                       pin: str | None = None, fillers: int = 0, headers: Any = None, timeout_s: float = 60.0) -> ProbeOutput:
+        self.calls.append({"gateway": gateway_url, "model": model, "prompt": prompt.id, "kind": kind, "pin": pin,
+                           "fillers": fillers, "headers": dict(headers or {})})
+        if self.hold is not None:
+            await self.hold.wait()
+        if self.fail is not None:
+            raise RuntimeError(self.fail)
+        served = pin or self.serves_production
+        tokens = [t + 100 for t in TOKENS[prompt.id]] if served in self.wrong else TOKENS[prompt.id]
+        return ProbeOutput(prompt_id=prompt.id, tokens=tokens, text="x", top_logprobs=[[(t, 0.0)] for t in tokens],
+                           batch_size=fillers + 1, fillers=fillers, class_ref=None if self.no_served_by else served,
+                           engine="chat-0", prompt_tokens=7, completion_tokens=len(tokens))
+
+
+def store_reference(api: Api, class_ref: str = R1) -> int:
+    now = api.clock()
+    with api.runtime.store.session() as session:
+        if session.get(GoldenSetRow, (GOLDEN.name, GOLDEN.version)) is None:
+            session.add(GoldenSetRow(name=GOLDEN.name, version=GOLDEN.version, model=MODEL, digest="d" * 64,
+                                     body=GOLDEN.model_dump(mode="json"), created_at=now, created_by="test"))
+        digest = class_correctness_digest(session, class_ref)
+        assert digest is not None
+        prompts = {pid: PromptReference(prompt_id=pid, tokens=tokens, text="x", top_logprobs=[[(t, 0.0)] for t in tokens],
+                                        noise={c: ConditionNoise(runs=3, diverged=0) for c in CONDITIONS})
+                   for pid, tokens in TOKENS.items()}
+        reference = Reference(golden_set=GOLDEN.name, golden_version=GOLDEN.version, model=MODEL, class_ref=class_ref,
+                              correctness_digest=digest, recorded_at=now, recorded_by="test", prompts=prompts)
+        row = CanaryReference(model=MODEL, golden_set=GOLDEN.name, golden_version=GOLDEN.version, class_ref=class_ref,
+                              correctness_digest=digest, body=reference.model_dump(mode="json"), recorded_at=now,
+                              recorded_by="test")
+        session.add(row)
+        session.flush()
+        return row.id
+
+
+def report_gateway(api: Api, url: str = "http://gw-1.test:8000") -> None:
+    body = {"name": "gw-1", "url": url, "generation": 0, "table_age_s": 0.0, "refresh_interval_s": 3600.0}
+    assert api.call("POST", "/api/v1/gateways/report", role="viewer", json=body).status_code == 200
+
+
+def canary(api: Api) -> CanaryProbeReconciler:
+    found = [r for r in api.runtime.runner.reconcilers if r.name == CANARY_PROBES]
+    assert len(found) == 1  # registered in default_reconcilers
+    return found[0]  # type: ignore[return-value]
+
+
+@pytest.fixture
+def fleet(settings: ControllerSettings) -> Iterator[tuple[Api, NetworkStandIn]]:
+    clock = Clock()
+    runtime = ControllerRuntime(settings.model_copy(update={"canary_concurrency": 16,
+                                                            "canary_probe_api_key": "sk-probe-test"}), clock=clock)
+    stand_in = NetworkStandIn()
+    with TestClient(create_app(runtime=runtime)) as http:
+        api = Api(http, runtime, role_tokens(runtime.store), clock)
+        canary(api).executor.send = stand_in
+        yield api, stand_in
+
+
+def elapse(api: Api, agent: Agent, seconds: float) -> None:
+    """Time passes; the agent keeps beating (its node stays up, its engines ready)."""
+    api.clock.advance(seconds)
+    agent.settle()
+
+
+def probe_round(api: Api) -> list[dict[str, Any]]:
+    """One reconcile; wait for what it sent to be stored; every stored probe, oldest first."""
+    api.reconcile()
+    assert canary(api).executor.wait_idle(SETTLE_S)
+    return probes(api)
+
+
+def probes(api: Api) -> list[dict[str, Any]]:
+    with api.runtime.store.session() as session:
+        rows = session.execute(select(CanaryProbe).order_by(CanaryProbe.id)).scalars()
+        return [{c: getattr(r, c) for c in ("id", "at", "kind", "class_ref", "engine", "condition", "batch_size",
+                                            "prompt_id", "reference_id", "score", "prompt_tokens", "error")}
+                for r in rows]
+
+
+def streams(rows: list[dict[str, Any]]) -> set[tuple[str, str | None, int]]:
+    return {(r["kind"], r["class_ref"], r["condition"]) for r in rows}
+
+
+def metric_samples(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = api.call("GET", "/metrics", role=None).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_every_stream_of_a_live_revision_is_probed_scored_and_stored(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)
+    reference_id = store_reference(api)
+    report_gateway(api)
+    rows = probe_round(api)
+    assert streams(rows) == {("production", R1, 1)} | {("pinned", R1, c) for c in CONDITIONS}
+    assert all(r["error"] is None and r["score"]["match"] and not r["score"]["diverged"] for r in rows)
+    assert {r["reference_id"] for r in rows} == {reference_id}
+    assert {r["prompt_id"] for r in rows} == {"sum"}  # every stream starts at the first prompt
+    assert all(r["at"] == api.clock() for r in rows)
+    pinned = {c["fillers"]: c for c in stand_in.calls if c["kind"] == "pinned"}
+    assert sorted(pinned) == [0, 3, 7, 15] and all(c["pin"] == R1 for c in pinned.values())
+    assert {c["gateway"] for c in stand_in.calls} == {"http://gw-1.test:8000"}
+    assert all(c["headers"] == {"Authorization": "Bearer sk-probe-test"} for c in stand_in.calls)
+    samples = metric_samples(api)
+    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "ok")))] == 4
+    assert samples[("fleet_canary_probes_total", (("kind", "production"), ("model", MODEL), ("result", "ok")))] == 1
+    # production: 7 + 3; pinned b1 10, b4 10 + 3 x (7 + 6 + 16), ...
+    assert samples[("fleet_canary_probe_tokens_total", (("kind", "production"), ("model", MODEL)))] == 10
+    assert samples[("fleet_canary_probe_tokens_total", (("kind", "pinned"), ("model", MODEL)))] == 40 + 29 * (3 + 7 + 15)
+
+
+def test_the_next_round_takes_the_next_prompt(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    first = probe_round(api)
+    elapse(api, agent, 121)  # past the floor interval (no capacity measured: the floor rate)
+    second = probe_round(api)[len(first):]
+    assert streams(second) == streams(first) and {r["prompt_id"] for r in second} == {"hello"}
+
+
+def test_a_zero_weight_revision_is_probed_and_production_probes_name_the_class_that_served_them(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)  # the policy sends all of MODEL's traffic to R1
+    deploy(api, "chat-r2", R2, 1)
+    api.reconcile()
+    agent.settle()
+    store_reference(api)
+    report_gateway(api)
+    stand_in.serves_production = R2
+    stand_in.wrong = {R2}
+    rows = probe_round(api)
+    assert {("pinned", R2, c) for c in CONDITIONS} <= streams(rows)
+    production = [r for r in rows if r["kind"] == "production"]
+    assert [(r["class_ref"], r["score"]["diverged"]) for r in production] == [(R2, True)]
+    r2_pinned = [r for r in rows if r["kind"] == "pinned" and r["class_ref"] == R2]
+    assert all(r["score"]["diverged"] and r["score"]["mode"] == "exact" for r in r2_pinned)  # same correctness digest
+    assert all(not r["score"]["diverged"] for r in rows if r["class_ref"] == R1)
+
+
+def test_nothing_is_probed_without_a_reference_or_without_a_gateway(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)
+    report_gateway(api)
+    assert probe_round(api) == []  # no reference
+    elapse(api, agent, 3 * 3600 + 1)  # the gateway goes stale (3 missed refreshes of an hour)
+    store_reference(api)
+    assert probe_round(api) == [] and stand_in.calls == []
+
+
+def test_the_flag_turns_probes_off_and_back_on(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": False}).status_code == 200
+    assert probe_round(api) == []
+    elapse(api, agent, 200)
+    assert probe_round(api) == []
+    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": True}).status_code == 200
+    assert len(probe_round(api)) == 5
+
+
+def test_an_idle_fleet_is_probed_at_the_floor_rate(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    first = len(probe_round(api))
+    elapse(api, agent, 61)  # past the pinned interval, but no capacity is measured: every stream at the 120 s floor
+    assert len(probe_round(api)) == first
+    elapse(api, agent, 60)
+    assert len(probe_round(api)) == 2 * first
+    assert metric_samples(api)[("fleet_canary_probe_share", ())] == 0.0  # no capacity: no share
+
+
+def busy_engines(api: Api, agent: Agent, tokens: float) -> None:
+    """The agent beats with its engines' served-token counters at `tokens`."""
+    engines = [{**e, "metrics": {**e["metrics"], "prompt_tokens": tokens / 2, "generation_tokens": tokens / 2}}
+               for e in agent.engines]
+    beat(api, agent.node, agent.generation, engines)
+
+
+def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exported(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    elapse(api, agent, 6)  # engines' metrics are rewritten at most every 5 s (the heartbeat buffer)
+    busy_engines(api, agent, 1e6)
+    api.reconcile()  # the first reading
+    elapse(api, agent, 10)
+    busy_engines(api, agent, 3e6)  # 200,000 tokens/s: the budget allows 4,000 probe tokens/s
+    store_reference(api)
+    report_gateway(api)
+    first = probe_round(api)
+    assert len(first) == 5
+    elapse(api, agent, 6)  # the production stream is due again at its 5 s interval
+    assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]
+    elapse(api, agent, 55)
+    later = probe_round(api)[len(first) + 1:]
+    assert sorted(r["kind"] for r in later) == ["pinned"] * 4 + ["production"]
+    spent = 10 + 10 + (40 + 29 * 25)  # two production probes, one pinned round, within the budget window
+    share = metric_samples(api)[("fleet_canary_probe_share", ())]
+    assert share == pytest.approx(spent / 300 / 200_000)
+
+
+def test_failed_probes_are_stored_as_errors(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    stand_in.fail = "gateway answered 502 (no engine)"
+    rows = probe_round(api)
+    assert len(rows) == 5
+    assert all(r["score"] is None and r["error"] == "RuntimeError: gateway answered 502 (no engine)" for r in rows)
+    assert {r["class_ref"] for r in rows if r["kind"] == "pinned"} == {R1}
+    assert [r["class_ref"] for r in rows if r["kind"] == "production"] == [None]
+    samples = metric_samples(api)
+    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "error")))] == 4
+
+
+def test_a_production_probe_without_served_by_is_stored_unscored(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    stand_in.no_served_by = True
+    production = [r for r in probe_round(api) if r["kind"] == "production"]
+    assert len(production) == 1 and production[0]["score"] is None
+    assert "x-fleet-served-by" in production[0]["error"] and production[0]["prompt_tokens"] == 7
+
+
+def test_probes_in_flight_are_not_sent_twice_and_stopping_cancels_them(settings: ControllerSettings) -> None:
+    clock = Clock()
+    runtime = ControllerRuntime(settings.model_copy(update={"canary_concurrency": 16}), clock=clock)
+    stand_in = NetworkStandIn()
+    with TestClient(create_app(runtime=runtime)) as http:
+        api = Api(http, runtime, role_tokens(runtime.store), clock)
+        executor = canary(api).executor
+        executor.send = stand_in
+        stand_in.hold = asyncio.Event()  # never set: every send waits
+        agent = served_by_r1(api)
+        store_reference(api)
+        report_gateway(api)
+        api.reconcile()
+        elapse(api, agent, 200)
+        api.reconcile()
+        assert len(executor.in_flight()) == 5
+        assert not executor.wait_idle(0.2)
+    # the app stopped the runtime: the executor's probes were cancelled and its thread ended
+    assert executor.in_flight() == frozenset() and executor._thread is None
+    assert len(stand_in.calls) == 5 and probes(api) == []
+
+
+def test_old_probes_are_pruned_in_bounded_batches(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    old = api.clock() - timedelta(days=8)
+    with api.runtime.store.session() as session:
+        for i in range(5):
+            session.add(CanaryProbe(at=old + timedelta(seconds=i), model=MODEL, kind="pinned", class_ref=R1, condition=1,
+                                    prompt_id="sum", prompt_tokens=1, completion_tokens=1))
+        session.add(CanaryProbe(at=api.clock() - timedelta(days=6), model=MODEL, kind="pinned", class_ref=R1,
+                                condition=1, prompt_id="sum", prompt_tokens=1, completion_tokens=1))
+    with api.runtime.store.session() as session:
+        assert prune_probes(session, api.clock() - timedelta(days=7), limit=2) == 2
+    api.reconcile()  # the reconciler prunes the rest (older than the 7-day retention)
+    remaining = probes(api)
+    assert [r["at"] for r in remaining] == [api.clock() - timedelta(days=6)]
+
