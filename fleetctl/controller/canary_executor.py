@@ -28,7 +28,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
 
@@ -157,7 +156,12 @@ class ProbeExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._thread: threading.Thread | None = None
-        self._futures: set[Future[None]] = set()
+
+    @property
+    def running(self) -> bool:
+        """Its thread is started (from the first submit until stop)."""
+        with self._lock:
+            return self._thread is not None
 
     def in_flight(self) -> frozenset[StreamKey]:
         with self._lock:
@@ -173,10 +177,7 @@ class ProbeExecutor:
             return started
         loop = self._ensure_running()
         for planned, url in fresh:
-            future = asyncio.run_coroutine_threadsafe(self._run(planned, url, at), loop)
-            with self._lock:
-                self._futures.add(future)
-            future.add_done_callback(self._forget)
+            asyncio.run_coroutine_threadsafe(self._run(planned, url, at), loop)
             started.append(planned.stream)
         return started
 
@@ -188,13 +189,14 @@ class ProbeExecutor:
     def stop(self) -> None:
         """Cancel what is in flight and end the thread (idempotent)."""
         with self._lock:
-            loop, thread, futures = self._loop, self._thread, list(self._futures)
+            loop, thread = self._loop, self._thread
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
-        for future in futures:
-            future.cancel()
-        asyncio.run_coroutine_threadsafe(self._close_client(), loop).result(timeout=STOP_TIMEOUT_S)
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=STOP_TIMEOUT_S)
+        except Exception:  # stuck or already gone: the thread is a daemon; what it held is dropped
+            log.warning("the canary probe executor did not shut down cleanly", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=STOP_TIMEOUT_S)
         with self._idle:
@@ -224,9 +226,15 @@ class ProbeExecutor:
             loop.run_forever()
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())  # the worker threads that store rows
             loop.close()
 
-    async def _close_client(self) -> None:
+    async def _shutdown(self) -> None:
+        """Cancel every probe task, wait for them to end, close the client."""
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
 
@@ -264,7 +272,3 @@ class ProbeExecutor:
             self.stored += 1
         if self.metrics is not None:
             self.metrics.count(record)
-
-    def _forget(self, future: Future[None]) -> None:
-        with self._lock:
-            self._futures.discard(future)

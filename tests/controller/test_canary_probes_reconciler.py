@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_helpers import MODEL, R1, R2, Agent, served_by_r1
 from sqlalchemy import select
 
+from fleetctl.canary.schedule import budget_state
 from fleetctl.canary.types import ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling
 from fleetctl.controller.api.app import create_app
 from fleetctl.controller.canary_probes import CANARY_PROBES, PROBES_FLAG, CanaryProbeReconciler, prune_probes
@@ -266,6 +267,31 @@ def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exp
     assert share == pytest.approx(spent / 300 / 200_000)
 
 
+def test_over_the_budget_every_interval_stretches_by_the_same_factor(fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    elapse(api, agent, 6)
+    busy_engines(api, agent, 0)
+    api.reconcile()
+    elapse(api, agent, 10)
+    busy_engines(api, agent, 3000)  # 300 tokens/s: the budget allows 6 probe tokens/s
+    store_reference(api)
+    report_gateway(api)
+    first = probe_round(api)
+    assert len(first) == 5
+    reconciler = canary(api)
+    with api.runtime.store.session() as session:
+        budget = budget_state(reconciler.snapshot(session, api.clock()).schedule, reconciler.params)
+    assert budget.allowed == pytest.approx(6.0) and budget.demand > budget.allowed
+    assert budget.factor == pytest.approx(budget.demand / budget.allowed)
+    production_every = 5.0 * budget.factor
+    assert 6 < production_every < 100  # stretched, not yet at the floor
+    elapse(api, agent, production_every - 1)
+    assert probe_round(api)[len(first):] == []
+    elapse(api, agent, 2)
+    assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]
+
+
 def test_failed_probes_are_stored_as_errors(fleet: tuple[Api, NetworkStandIn]) -> None:
     api, stand_in = fleet
     agent = served_by_r1(api)
@@ -310,7 +336,7 @@ def test_probes_in_flight_are_not_sent_twice_and_stopping_cancels_them(settings:
         assert len(executor.in_flight()) == 5
         assert not executor.wait_idle(0.2)
     # the app stopped the runtime: the executor's probes were cancelled and its thread ended
-    assert executor.in_flight() == frozenset() and executor._thread is None
+    assert executor.in_flight() == frozenset() and not executor.running
     assert len(stand_in.calls) == 5 and probes(api) == []
 
 
