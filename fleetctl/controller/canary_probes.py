@@ -152,13 +152,13 @@ class CanaryProbeReconciler:
         return decide_probes(snapshot, self.params)
 
     def apply(self, session: Session, decision: CanaryProbeDecision, now: datetime) -> Result[CanaryProbeReport]:
+        pruned = prune_probes(session, decision.prune_before)  # first: a failure here sends nothing
         started = set(self.executor.submit(decision.probes, now)) if decision.probes else set()
         for planned, _url in decision.probes:
             if planned.stream in started:
                 self._planned[planned.stream] = StreamHistory(now, decision.next_index[planned.stream])
         if self.metrics is not None:
             self.metrics.share.set(decision.budget.share)
-        pruned = prune_probes(session, decision.prune_before)
         report = CanaryProbeReport(enabled=decision.enabled, sent=sorted(k.label() for k in started),
                                    pruned=pruned, share=decision.budget.share, factor=decision.budget.factor)
         return Result(report, changed=False, requeue_after=decision.requeue_after)
