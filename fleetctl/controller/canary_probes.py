@@ -207,7 +207,8 @@ def decide_probes(snapshot: CanaryProbeSnapshot, params: ScheduleParams) -> Cana
     planned = plan(schedule, params) if snapshot.gateways else []
     paired = tuple((p, choose_gateway(snapshot.gateways, p, schedule)) for p in planned)
     next_index = {p.stream: schedule.streams.get(p.stream, StreamHistory()).next_index + 1 for p in planned}
-    after = replace(schedule, in_flight=schedule.in_flight | {p.stream for p in planned},
+    # as if what is in flight were done: each stream is next due at its interval after it was sent
+    after = replace(schedule, in_flight=frozenset(),
                     streams={**schedule.streams, **{p.stream: StreamHistory(schedule.now, next_index[p.stream])
                                                     for p in planned}})
     return CanaryProbeDecision(paired, budget, requeue_after(after, params, bool(snapshot.gateways)),
@@ -228,8 +229,8 @@ def requeue_after(after: ScheduleSnapshot, params: ScheduleParams, have_gateways
         return None
     wait = seconds_to_next_due(after, params)
     if wait is None:
-        return None if not after.in_flight else BLOCKED_RETRY_S
-    if wait <= 0:  # due, but every slot is taken
+        return None
+    if wait <= 0:  # due, but every slot is taken (or its last probe is still in flight)
         return BLOCKED_RETRY_S
     return min(wait, MAX_REQUEUE_S)
 
