@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -45,11 +46,13 @@ def test_a_stream_reports_batch_sizes_in_its_usage_chunk_only(tiny_engine) -> No
     assert all(RESPONSE_EXTENSION not in c for c in chunks[:-1])
 
 
-async def _first_content(response: httpx.Response) -> None:
-    async for line in response.aiter_lines():
+async def _first_content(lines: AsyncIterator[str]) -> None:
+    """Read a stream up to its first token. The caller keeps `lines` alive: an abandoned line iterator is
+    finalised, which closes the response and so aborts the request."""
+    while True:
+        line = await lines.__anext__()  # StopAsyncIteration: the stream ended before its first token
         if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
             return
-    raise AssertionError("the background stream ended before its first token")
 
 
 async def _probe_beside_decoding_streams(engine, n_background: int) -> dict:
@@ -58,10 +61,13 @@ async def _probe_beside_decoding_streams(engine, n_background: int) -> dict:
         background = {**BODY, "max_tokens": BACKGROUND_TOKENS, "stream": True}
         streams = [client.stream("POST", "/v1/completions", json=background) for _ in range(n_background)]
         responses = [await s.__aenter__() for s in streams]
+        lines = [r.aiter_lines() for r in responses]
         try:
-            await asyncio.gather(*(_first_content(r) for r in responses))
+            await asyncio.gather(*(_first_content(it) for it in lines))
             probe = await client.post("/v1/completions", json=BODY)
             assert probe.status_code == 200, probe.text
+            running = engine.metric("vllm:num_requests_running")
+            assert running >= n_background, "the background streams stopped decoding"
             return probe.json()
         finally:
             for stream in streams:  # closing a stream aborts its request in the engine
