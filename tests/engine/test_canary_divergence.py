@@ -4,12 +4,12 @@ tokens), in process.
 
 A prompt diverges when its greedy tokens differ, or when, over the tokens that still match, the logprob of a
 chosen token differs by more than LOGPROB_TOLERANCE. Measured on this set (tiny model, seed 0):
-- token flips: rope_scaling=4 (a long-context build) and rope_perturb 12/12; approximate_topk at batch 12
-  (the prompts as one concurrent batch) 7/12, its planted fault the same; float16 KV 0/12, bfloat16 KV
-  1/12 (the faults kv_fp16 and kv_bf16 the same);
-- logprob distance: float16 KV 4.9e-4 .. 2.3e-3, bfloat16 KV 5.8e-3 .. 1.5e-2 on every prompt, while the
+- token flips: rope_scaling=4 (a long-context build) and rope_perturb 11/12 (12/12 diverged);
+  approximate_topk with the prompts as one concurrent batch of 12 10/12, its planted fault the same;
+  float16 and bfloat16 KV (and the faults kv_fp16, kv_bf16) 0/12;
+- logprob distance: float16 KV 4.9e-4 .. 2.3e-3, bfloat16 KV 5.8e-3 .. 1.5e-2, on every prompt, while the
   clean engine against itself at batch 4, 8 and 12 differs by at most 7.2e-6 (batched matmuls round
-  differently) and never in a token; approximate_topk at batch 1 is exact (0/12, identical logprobs).
+  differently) and never in a token; approximate_topk alone is exact (identical tokens and logprobs).
 A reduced-precision KV cache perturbs float32 attention by a relative 2^-11 (float16) or 2^-8 (bfloat16):
 it moves logits by ~1e-3 .. 1e-2 but seldom reorders the top two (their gap is ~0.1 .. 3), here and on
 SmolLM2 alike (0/12 and 1/12 token flips at 16 tokens), so the canary sees it in the logprob distance.
@@ -119,10 +119,10 @@ CASES = {
     "rope_scaling=4": ({"rope_scaling": 4.0}, None, False, 0.75, 0.75),
     "kv_cache_dtype=float16": ({"kv_cache_dtype": "float16"}, None, False, 0.0, 0.9),
     "kv_cache_dtype=bfloat16": ({"kv_cache_dtype": "bfloat16"}, None, False, 0.0, 0.9),
-    "approximate_topk at batch 12": ({"sampler": "approximate_topk"}, None, True, 0.4, 0.4),
+    "approximate_topk at batch 12": ({"sampler": "approximate_topk"}, None, True, 0.6, 0.6),
     "fault kv_fp16": ({}, "kv_fp16", False, 0.0, 0.9),
     "fault kv_bf16": ({}, "kv_bf16", False, 0.0, 0.9),
-    "fault approx_topk at batch 12": ({}, "approx_topk", True, 0.4, 0.4),
+    "fault approx_topk at batch 12": ({}, "approx_topk", True, 0.6, 0.6),
     "fault rope_perturb": ({}, "rope_perturb", False, 0.75, 0.75),
 }
 
