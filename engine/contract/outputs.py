@@ -35,6 +35,10 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (usage.prompt_tokens_details)
     # Prefill role, P/D: set on the final output of a request that asked for do_remote_decode.
     kv_transfer_params: dict | None = None
+    # The smallest and largest running batch (sequences sampled in one step) among the steps that produced
+    # its tokens so far; None before the first token, and from engines that do not track it.
+    batch_size_min: int | None = None
+    batch_size_max: int | None = None
 
 
 @dataclass

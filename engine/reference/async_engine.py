@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from engine.contract.faults import Fault
 from engine.reference.config import EngineConfig
 from engine.reference.llm_engine import KVPushSink, LLMEngine
 from engine.contract.outputs import IterationStats, RequestOutput, SchedulerStats, StepResult
@@ -44,8 +45,11 @@ class _Stream:
 
 
 class AsyncEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, fault: Fault | None = None):
+        """`fault`: a planted fault the engine computes with (engine.reference.planted_fault); `config` is
+        still what it reports."""
         self.config = config
+        self.fault = fault
         self.engine: LLMEngine | None = None
         self._commands: queue.Queue[_Call | None] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
@@ -58,7 +62,7 @@ class AsyncEngine:
 
     def start(self) -> None:
         """Load the model (seconds) and start the engine thread."""
-        self.engine = LLMEngine(self.config)
+        self.engine = LLMEngine(self.config, fault=self.fault)
         self._stats = self.engine.scheduler_stats()
         self._thread = threading.Thread(target=self._run, name="engine-step", daemon=True)
         self._thread.start()

@@ -20,11 +20,13 @@ from typing import Protocol
 
 import torch
 
+from engine.contract.faults import Fault
 from engine.errors import ContextLengthExceeded, InvalidRequest
 from engine.reference.block_manager import BlockManager
 from engine.reference.config import EngineConfig
 from engine.reference.model_runner import ModelRunner
 from engine.reference.output_processor import OutputProcessor
+from engine.reference.planted_fault import numeric_config
 from engine.contract.outputs import (
     FinishedRequestStats,
     IterationStats,
@@ -57,21 +59,26 @@ class _HeldBlocks:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, *, sleep: Callable[[float], None] = time.sleep):
-        """`sleep` is what `debug_step_delay_ms` waits with (tests pass a fake one)."""
+    def __init__(self, config: EngineConfig, *, sleep: Callable[[float], None] = time.sleep,
+                 fault: Fault | None = None):
+        """`sleep` is what `debug_step_delay_ms` waits with (tests pass a fake one). `fault`: a planted fault
+        (engine.reference.planted_fault): the runner and sampler compute with `numeric_config`, while
+        `config` stays what the engine was configured with and reports."""
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.config = config
+        self.fault = fault
         self._sleep = sleep
         bundle = load_model_bundle(config)
+        self.numeric_config = numeric_config(config, fault, bundle.hparams)
         self.tokenizer = bundle.tokenizer
         self.eos_token_id = bundle.eos_token_id
-        self.runner = ModelRunner(config, bundle)
+        self.runner = ModelRunner(self.numeric_config, bundle)
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching, config.hash_seed
         )
         self.scheduler = Scheduler(config, self.block_manager)
-        self.sampler = Sampler(config.sampler, eos_token_id=bundle.eos_token_id)
+        self.sampler = Sampler(self.numeric_config.sampler, eos_token_id=bundle.eos_token_id)
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_id, config.max_model_len)
         self._external_kv: dict[str, torch.Tensor] = {}
         self._push_sinks: dict[str, KVPushSink] = {}
@@ -147,6 +154,7 @@ class LLMEngine:
         return RequestOutput(
             request_id, [], "", None, finished=True, finish_reason="abort",
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
+            batch_size_min=seq.batch_size_min, batch_size_max=seq.batch_size_max,
         )
 
     def has_work(self) -> bool:
@@ -260,6 +268,7 @@ class LLMEngine:
         outputs = []
         for seq, result in zip(sampled_seqs, results):
             self._record_token_timing(seq, now, stats)
+            seq.note_batch_size(len(sampled_seqs))  # the running batch the sampler saw for this token
             seq.append_token(result.token_id)
             text, status = self.outputs.process_token(seq)
             output = RequestOutput(
@@ -270,6 +279,8 @@ class LLMEngine:
                 num_prompt_tokens=seq.num_prompt_tokens,
                 num_output_tokens=seq.num_output_tokens,
                 num_cached_tokens=seq.num_cached_tokens,
+                batch_size_min=seq.batch_size_min,
+                batch_size_max=seq.batch_size_max,
             )
             if status is not None:
                 self._finish(seq, status, output, now, stats)

@@ -15,7 +15,7 @@ import torch
 from engine.reference.config import EngineConfig
 from engine.reference.model import DecodeGroup, ForwardBatch, LlamaModel, PrefillChunkAttn
 from engine.reference.scheduler_output import ScheduledChunk, SchedulerOutput
-from engine.reference.weights import ModelBundle
+from engine.reference.weights import LlamaHParams, ModelBundle
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -35,10 +35,8 @@ class ModelRunner:
         self.num_kv_heads = hp.num_key_value_heads
         self.head_dim = hp.head_dim
         self.model = LlamaModel(hp, bundle.state_dict, self.dtype, config.rope_scaling, self.device)
-        self.bytes_per_block = (
-            2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * self.kv_dtype.itemsize
-        )
-        self.num_blocks = config.num_blocks_override or config.kv_cache_mib * 2**20 // self.bytes_per_block
+        self.bytes_per_block = kv_bytes_per_block(hp, config.block_size, self.kv_dtype)
+        self.num_blocks = kv_pool_blocks(config, hp)
         if self.num_blocks < 1:
             raise ValueError(f"kv_cache_mib={config.kv_cache_mib} holds no block of {self.bytes_per_block} bytes")
         # kv: [L, 2, N, bs, Hkv, D]; zeros so unwritten slots are deterministic
@@ -149,6 +147,18 @@ class ModelRunner:
         if bad:
             raise ValueError(f"block ids out of range [0, {self.num_blocks}): {bad[:8]}")
         return self._long(list(block_ids))
+
+
+def kv_bytes_per_block(hp: LlamaHParams, block_size: int, kv_dtype: torch.dtype) -> int:
+    return 2 * hp.num_hidden_layers * block_size * hp.num_key_value_heads * hp.head_dim * kv_dtype.itemsize
+
+
+def kv_pool_blocks(config: EngineConfig, hp: LlamaHParams) -> int:
+    """Blocks in the KV pool: num_blocks_override, else as many as kv_cache_mib holds in the KV dtype."""
+    if config.num_blocks_override:
+        return config.num_blocks_override
+    per_block = kv_bytes_per_block(hp, config.block_size, TORCH_DTYPES[config.resolved_kv_cache_dtype])
+    return config.kv_cache_mib * 2**20 // per_block
 
 
 def _pad(block_ids: list[int], length: int) -> list[int]:

@@ -48,6 +48,10 @@ class Sequence:
     # a preemption resets this to 0 (the loaded K/V is gone, so the prompt is recomputed).
     external_kv_tokens: int = 0
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    # The smallest and largest number of sequences sampled in the steps that produced its tokens (batch size
+    # is a correctness variable: a sampler can be wrong only at some sizes). None before its first token.
+    batch_size_min: int | None = None
+    batch_size_max: int | None = None
     # Timings (time.monotonic()), for vLLM's latency histograms.
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
@@ -79,6 +83,10 @@ class Sequence:
     def is_prefill(self) -> bool:
         """True while the prompt has tokens whose K/V is not computed yet."""
         return self.num_computed_tokens < self.num_prompt_tokens
+
+    def note_batch_size(self, size: int) -> None:
+        self.batch_size_min = size if self.batch_size_min is None else min(self.batch_size_min, size)
+        self.batch_size_max = size if self.batch_size_max is None else max(self.batch_size_max, size)
 
     def append_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)

@@ -8,6 +8,8 @@ interval) are HTTP errors; later ones are reported in-band in the stream, as vLL
   client that went away aborts the request (499).
 - SSE: `data: {chunk}` ... `data: [DONE]`, a `: keep-alive` comment every keepalive_interval_s while the stream
   waits for its next token, a usage chunk with stream_options.include_usage.
+- Both carry the fleet extension `{"fleet": {"batch_size_min", "batch_size_max"}}` (engine.contract.faults): in
+  the JSON body, and in a stream's usage chunk.
 Invariant: however the request ends (finished, error, client gone before or during the stream), it is aborted
 in the engine if unfinished, its pusher is stopped and it leaves the in-flight count, exactly once (`_finish`).
 """
@@ -31,6 +33,7 @@ from engine import protocol
 from engine.errors import EngineError
 from engine.protocol import ChatCompletionRequest, CompletionRequest, LogprobFormatter, ResponseHeader
 from engine.reference.kv_push import PushSender
+from engine.contract.faults import RESPONSE_EXTENSION
 from engine.contract.outputs import RequestOutput
 from engine.contract.sampling_params import SamplingParams
 
@@ -216,6 +219,7 @@ class Generation:
         body["choices"] = [make_choice(acc.text, logprobs, last.finish_reason, last.stop_reason)]
         body["usage"] = protocol.usage(last.num_prompt_tokens, last.num_output_tokens, last.num_cached_tokens)
         body["kv_transfer_params"] = self.kv_transfer_params
+        _add_batch_sizes(body, last)
         return body
 
     # streaming
@@ -271,7 +275,15 @@ class Generation:
         chunk = self.header.fields("chat.completion.chunk" if self.chat else "text_completion")
         chunk["choices"] = []
         chunk["usage"] = protocol.usage(last.num_prompt_tokens, last.num_output_tokens, last.num_cached_tokens)
+        _add_batch_sizes(chunk, last)
         return chunk
+
+
+def _add_batch_sizes(body: dict, last: RequestOutput) -> None:
+    """The fleet extension: the smallest and largest running batch among the steps that produced the answer's
+    tokens (canary probes record the batch condition they were served at). OpenAI clients ignore it."""
+    if last.batch_size_min is not None and last.batch_size_max is not None:
+        body[RESPONSE_EXTENSION] = {"batch_size_min": last.batch_size_min, "batch_size_max": last.batch_size_max}
 
 
 class _SSEResponse(StreamingResponse):

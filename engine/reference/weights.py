@@ -6,8 +6,8 @@ Two models:
   `cache_dir / CACHE_NAME`; later starts read the cache and never parse the GGUF. The cache is written to a
   temporary directory and renamed into place, so a crash never leaves half a cache; `meta.json` records a
   digest of the GGUF (name, size, sha256 of its first MiB) and a different file rebuilds the cache.
-- "tiny": the same Llama family with two small layers, randomly initialised from `torch.Generator(seed)`
-  (identical in every process), with the SmolLM2 tokenizer and vocabulary, for fast tests.
+- "tiny": the same Llama family with two small layers and an untied LM head, randomly initialised from
+  `torch.Generator(seed)` (identical in every process), with the SmolLM2 tokenizer and vocabulary, for fast tests.
 
 State-dict names are Hugging Face's Llama names (`model.layers.0.self_attn.q_proj.weight`, ...), without
 `lm_head.weight` when the embeddings are tied.
@@ -86,7 +86,11 @@ TINY_HPARAMS = LlamaHParams(
     head_dim=16,
     rope_theta=10000.0,
     rms_norm_eps=1e-5,
-    tie_word_embeddings=True,
+    # Untied: with random weights a tied head makes each generated token raise its own logit (its embedding is
+    # in the residual stream), so greedy decoding locks onto one token repeated (1.1-1.5 distinct tokens in
+    # 16). A trained model learns not to; a separate random head gives varied output (13-15 distinct in 16), so
+    # a numeric change (RoPE scaling, KV precision, the sampler) has many decisions to show in, not one.
+    tie_word_embeddings=False,
     max_position_embeddings=8192,
 )
 
@@ -281,6 +285,6 @@ def _tiny_init(name: str, shape: tuple[int, ...], gen: torch.Generator) -> torch
     noise = torch.randn(shape, generator=gen, dtype=torch.float32)
     if name.endswith("norm.weight"):
         return 1.0 + 0.1 * noise  # near-one norm gains, not exactly one, so a wrong norm shows
-    if name.endswith("embed_tokens.weight"):
-        return 0.5 * noise  # large enough that tied logits are peaked rather than uniform
+    if name.endswith("embed_tokens.weight") or name == "lm_head.weight":
+        return 0.5 * noise  # large enough that the logits are peaked rather than uniform
     return noise / shape[-1] ** 0.5  # fan-in scaling keeps activations O(1) through the layers

@@ -31,6 +31,7 @@ from fleetctl.gateway.api_keys import KeyRing, load_key_ring
 from fleetctl.gateway.dispatch import RequestContext
 from fleetctl.gateway.errors import GatewayError, TooManyRequests
 from fleetctl.gateway.frontdoor import FrontDoor, error_response
+from fleetctl.gateway.probe_traffic import probe_kind
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.requests import CHAT, COMPLETION
 from fleetctl.gateway.routing_table import RoutingSource
@@ -170,6 +171,7 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
     async def generation(kind: str, request: Request) -> Response:
         ctx = RequestContext(request.state.request_id)
         try:
+            ctx.probe = probe_kind(request.headers)
             authorize(request, ctx)
         except GatewayError as exc:
             door().finish(ctx, exc.status_code)

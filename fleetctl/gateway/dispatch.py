@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from fleetctl.gateway.engine_state import EngineLive, InFlight
 from fleetctl.gateway.errors import NoRoute, UpstreamFailed
+from fleetctl.gateway.probe_traffic import ProbeTokens
 from fleetctl.gateway.requests import ClientRequest
 from fleetctl.gateway.routing_table import EngineRoute
 from fleetctl.gateway.scorer import RankedEngine
@@ -60,6 +61,8 @@ class RequestContext:
     inband_status: int | None = None  # a stream that failed before its first token: the status its error event says
     stream_cut: bool = False  # a stream ended with an error event after tokens were sent
     tokens: TokenTimes = field(default_factory=TokenTimes)  # when its content chunks were relayed (streams)
+    probe: str | None = None  # a canary probe's kind (probe_traffic.py): kept out of user-facing metrics
+    probe_tokens: ProbeTokens = field(default_factory=ProbeTokens)
 
     def forwarding(self) -> None:
         if self.forwarded_at is None:

@@ -10,6 +10,8 @@ Answers:
 Every response carries `x-request-id` and, once an engine is chosen, `x-fleet-served-by: <class_ref>
 <engine>` (P/D: the decode engine; `x-fleet-prefilled-by` names the prefill engine). One log line per request
 says the same, with the status, the duration and the API key's name (never the key).
+A canary probe (`x-fleet-probe`, probe_traffic.py) is served the same way; `finish` counts it in the probe
+counters instead of the request, latency and per-class-revision metrics.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fleetctl.gateway.dispatch import Dispatcher, RequestContext, Sent, StreamSt
 from fleetctl.gateway.errors import GatewayError, NoRoute, TooManyRequests, UpstreamFailed
 from fleetctl.gateway.explain import explain_body
 from fleetctl.gateway.pd import PDHandoff
+from fleetctl.gateway.probe_traffic import record_probe
 from fleetctl.gateway.relay import DONE, KEEPALIVE, ChunkHeader, StreamWatch, error_ending, relay, sse_data
 from fleetctl.gateway.requests import CHAT, ClientRequest, decode_json, parse_request
 from fleetctl.gateway.router import PD
@@ -95,6 +98,7 @@ class FrontDoor:
         self._require_engines(prepared)
         self._admit(prepared)
         self.metrics.added_latency.labels(prepared.model).observe(time.monotonic() - ctx.arrived)
+        ctx.probe_tokens.prompt = len(prepared.prompt_ids)  # until the engine's usage says otherwise
         if request.stream:
             return await self._stream(ctx, prepared, request)
         return await self._complete(ctx, prepared, request, http)
@@ -154,6 +158,7 @@ class FrontDoor:
         sent.live.finish(sent.ticket)
         usage = sent.result.get("usage") or {}
         sent.ticket.generated = int(usage.get("completion_tokens") or 0)
+        ctx.probe_tokens.from_usage(usage)
         return JSONResponse(sent.result)
 
     # --- streamed ---
@@ -172,12 +177,16 @@ class FrontDoor:
 
     def finish(self, ctx: RequestContext, status: int) -> None:
         elapsed = time.monotonic() - ctx.arrived
-        self.metrics.requests.labels(ctx.model, str(status)).inc()
-        self.metrics.request_seconds.labels(ctx.model).observe(elapsed)
-        if ctx.class_ref is not None:
-            self.service.served.record(outcome_of(ctx, status))
-        log.info("request %s model=%s served_by=%r prefilled_by=%s status=%d %.3fs key=%s", ctx.request_id, ctx.model,
-                 ctx.served_by, ctx.prefilled_by or "-", status, elapsed, ctx.key_name or "-")
+        if ctx.probe is not None:  # a canary probe: its own counters, never the user-facing ones
+            record_probe(self.metrics, ctx.model, ctx.class_ref, ctx.probe, ctx.probe_tokens)
+        else:
+            self.metrics.requests.labels(ctx.model, str(status)).inc()
+            self.metrics.request_seconds.labels(ctx.model).observe(elapsed)
+            if ctx.class_ref is not None:
+                self.service.served.record(outcome_of(ctx, status))
+        log.info("request %s model=%s served_by=%r prefilled_by=%s status=%d %.3fs key=%s%s", ctx.request_id,
+                 ctx.model, ctx.served_by, ctx.prefilled_by or "-", status, elapsed, ctx.key_name or "-",
+                 f" probe={ctx.probe}" if ctx.probe else "")
 
     # --- explain ---
 
@@ -240,11 +249,13 @@ class StreamSession:
         def first_token() -> None:
             if ctx.first_token_at is None:
                 ctx.first_token_at = time.monotonic()
-                metrics.ttft.labels(ctx.model).observe(ctx.first_token_at - ctx.arrived)
+                if ctx.probe is None:
+                    metrics.ttft.labels(ctx.model).observe(ctx.first_token_at - ctx.arrived)
 
         def tokens(n: int) -> None:
             sent.ticket.generated += n
             ctx.tokens.note(n, time.monotonic())
+            ctx.probe_tokens.completion += n
 
         def error(reason: str) -> None:
             ctx.stream_cut = True
@@ -252,7 +263,7 @@ class StreamSession:
             sent.live.record_failure(reason, hard=reason in HARD_STREAM_ERRORS)
             log.warning("request %s: stream from %s ended with an error (%s)", ctx.request_id, sent.route.name, reason)
 
-        return StreamWatch(first_token, tokens, error)
+        return StreamWatch(first_token, tokens, error, ctx.probe_tokens.from_usage)
 
     async def close(self) -> None:
         if not self.opener.done():

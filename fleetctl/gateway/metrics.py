@@ -58,6 +58,7 @@ class GatewayMetrics:
                                          ["engine"], registry=r)
         self._build_pd()
         self._build_per_class()
+        self._build_probes()
 
     def _build_pd(self) -> None:
         r = self.registry
@@ -96,6 +97,14 @@ class GatewayMetrics:
                                     "revision.", labels, buckets=m.TTFT_BUCKETS, registry=r)
         self.class_itl = Histogram("fleet_gateway_class_itl_seconds", "Mean inter-token latency of each stream, by "
                                    "class revision.", labels, buckets=m.ITL_BUCKETS, registry=r)
+
+    def _build_probes(self) -> None:
+        """Canary probes (probe_traffic.py): counted here instead of in the request and latency metrics."""
+        r, labels = self.registry, ["model", "class_ref", "kind"]
+        self.probe_requests = Counter("fleet_gateway_probe_requests", "Canary probe requests answered (left out of "
+                                      "the request, latency and per-class metrics), by kind.", labels, registry=r)
+        self.probe_tokens = Counter("fleet_gateway_probe_tokens", "Tokens of canary probe requests, by kind and type "
+                                    "(prompt, completion).", [*labels, "type"], registry=r)
 
     def watch_table(self, age: Callable[[], float | None], failures: Callable[[], int], generation: Callable[[], int | None]) -> None:
         self.table_age.set_function(lambda: _nan_if_none(age()))

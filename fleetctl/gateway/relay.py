@@ -70,6 +70,7 @@ class StreamWatch:
     on_first_token: Callable[[], None] = lambda: None
     on_tokens: Callable[[int], None] = lambda n: None
     on_error: Callable[[str], None] = lambda reason: None  # after tokens were sent: the metric label
+    on_usage: Callable[[dict[str, Any]], None] = lambda usage: None  # a chunk's usage (stream_options.include_usage)
 
 
 async def relay(reader: SSEReader, held: list[SSEEvent], header: ChunkHeader, keepalive_s: float,
@@ -134,4 +135,6 @@ def _note(event: SSEEvent, header: ChunkHeader, watch: StreamWatch) -> bool:
     tokens = num_new_tokens(event)
     if tokens:
         watch.on_tokens(tokens)
+    if isinstance(chunk.get("usage"), dict):
+        watch.on_usage(chunk["usage"])
     return any(c.get("finish_reason") is not None for c in chunk.get("choices") or [])
