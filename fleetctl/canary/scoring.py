@@ -3,7 +3,10 @@ are the top-k distributions, did the expected answer pass, and does the probe co
 
 Two modes (the reference's `canary_refs.reference_for` says which):
 - exact: the reference came from a class with the same correctness fields, so any token difference is a
-  divergence. The class's own batch noise is not forgiven here: the stream's p0 (noise.py) accounts for it.
+  divergence, and so is a top-k distance above `noise_margin` x the recording class's own largest distance at
+  that batch condition (never below `distance_floor`): a reduced-precision KV cache moves the logprobs
+  without flipping a greedy token. Token flips from batch noise are not forgiven here: the stream's p0
+  (noise.py) accounts for them.
 - tolerance: the reference came from a correctness-different class (a long-context build). Its tokens may
   differ; the probe diverges only when its distributions are further from the reference's than the golden
   set's `tolerance.max_distance` (or than the reference class's own run-to-run distance at that batch
@@ -24,13 +27,15 @@ from fleetctl.canary.types import CompareMode, ConditionNoise, GoldenPrompt, Pro
 
 
 def score_probe(output: ProbeOutput, ref: PromptReference, prompt: GoldenPrompt, mode: CompareMode,
-                tolerance: Tolerance, noise: ConditionNoise | None = None) -> Score:
+                tolerance: Tolerance, noise: ConditionNoise | None = None, *, noise_margin: float = 4.0,
+                distance_floor: float = 2e-5) -> Score:
     divergence = first_divergence(ref.tokens, output.tokens)
     compared = None if divergence is None else divergence + 1
     distance = topk_distance(ref.top_logprobs, output.top_logprobs, upto=compared)
     expected_pass = expected_passes(output.text, prompt.expected) if prompt.expected is not None else None
     if mode == "exact":
-        diverged = divergence is not None
+        allowed = max(distance_floor, noise_margin * (noise.max_distance if noise is not None else 0.0))
+        diverged = divergence is not None or distance > allowed
     else:
         allowed = max(tolerance.max_distance, noise.max_distance if noise is not None else 0.0)
         diverged = distance > allowed or (tolerance.require_expected and expected_pass is False)

@@ -90,6 +90,14 @@ class GoldenSet(_Strict):
     p0_floor: float = Field(default=0.01, gt=0.0, lt=0.5, description="the smallest per-probe noise rate "
                             "assumed for a stream, however clean its recorded runs were")
     tolerance: Tolerance = Field(default_factory=Tolerance)
+    # Exact mode also compares distributions: a reduced-precision KV cache moves logprobs without flipping a
+    # greedy token. A probe diverges when its distance exceeds noise_margin x the largest distance the
+    # recording class showed against itself at that batch condition, and never below distance_floor (float32
+    # batch noise on CPU is ~1e-6; a float16 KV cache moves the tiny model by ~1e-4).
+    noise_margin: float = Field(default=4.0, ge=1.0, description="exact mode: how far above its own recorded "
+                                "noise a probe's top-k distance may go")
+    distance_floor: float = Field(default=2e-5, ge=0.0, description="exact mode: the smallest top-k distance "
+                                  "that counts as diverged")
     prompts: list[GoldenPrompt] = Field(min_length=1)
 
 

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.canary.schedule import PlannedProbe, probe_tokens
 from fleetctl.canary.scoring import score_probe
-from fleetctl.canary.types import ProbeOutput, ProbeRecord, StreamKey, condition_for
+from fleetctl.canary.types import ConditionNoise, ProbeOutput, ProbeRecord, PromptReference, StreamKey, condition_for
 from fleetctl.controller.canary_refs import reference_for
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import CanaryProbe
@@ -109,8 +109,17 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
     if prompt != planned.prompt:
         return _unscored(record.model_copy(update={"reference_id": chosen.id}),
                          f"prompt {planned.prompt_id!r} differs from the one in reference {chosen.id}'s golden set")
-    score = score_probe(output, reference, prompt, chosen.mode, chosen.golden.tolerance, reference.noise.get(condition))
+    golden = chosen.golden
+    score = score_probe(output, reference, prompt, chosen.mode, golden.tolerance, noise_at(reference, condition),
+                        noise_margin=golden.noise_margin, distance_floor=golden.distance_floor)
     return record.model_copy(update={"reference_id": chosen.id, "score": score})
+
+
+def noise_at(reference: PromptReference, condition: int) -> ConditionNoise | None:
+    """The recorded noise at the probe's batch condition; at a condition not recorded, the noisiest one."""
+    if condition in reference.noise:
+        return reference.noise[condition]
+    return max(reference.noise.values(), key=lambda noise: noise.max_distance, default=None)
 
 
 def _unscored(record: ProbeRecord, error: str) -> ProbeRecord:
