@@ -45,7 +45,8 @@ class VerdictChange:
     at: datetime
     verdict_from: Verdict
     verdict_to: Verdict
-    probe_id: int | None
+    probe_id: int | None  # the probe that changed it; None: not a probe (the class is no longer deployed)
+    state: StreamState  # the stream right after the change: its evidence then
 
 
 def fold(state: StreamState, probes: Sequence[ProbeRecord], designs: StreamDesigns, now: datetime, *,
@@ -67,7 +68,7 @@ def fold_changes(state: StreamState, probes: Sequence[ProbeRecord], designs: Str
         before = state.verdict
         state = _step(state, probe, designs, min_probes, recovery_probes)
         if state.verdict != before:
-            changes.append(VerdictChange(probe.at, before, state.verdict, probe.id))
+            changes.append(VerdictChange(probe.at, before, state.verdict, probe.id, state))
     return state, changes
 
 

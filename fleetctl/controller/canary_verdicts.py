@@ -76,11 +76,18 @@ class VerdictSnapshot:
 
 
 @dataclass(frozen=True)
+class Change:
+    """A verdict change and the stream as it was right after it (the evidence its event records)."""
+
+    change: VerdictChange
+    view: StreamVerdict
+
+
+@dataclass(frozen=True)
 class StreamUpdate:
     key: StreamKey
     state: StreamState
-    changes: tuple[VerdictChange, ...]
-    view: StreamVerdict  # the evidence at the end of the run, for the events
+    changes: tuple[Change, ...]
 
 
 @dataclass(frozen=True)
@@ -192,8 +199,9 @@ def decide_verdicts(snapshot: VerdictSnapshot, settings: FoldSettings, now: date
         state, changes, designs = judge(key, before, new.get(key, []), snapshot, settings, now)
         if stored is not None and state == stored:
             continue
-        view = stream_verdict(key, state, designs, [seen[i] for i in state.recent if i in seen])
-        updates.append(StreamUpdate(key, state, tuple(changes), view))
+        views = tuple(Change(c, stream_verdict(key, c.state, designs, [seen[i] for i in c.state.recent if i in seen]))
+                      for c in changes)
+        updates.append(StreamUpdate(key, state, views))
     return VerdictDecision(tuple(updates), snapshot.full)
 
 
@@ -203,7 +211,7 @@ def judge(key: StreamKey, state: StreamState, probes: Sequence[ProbeRecord], sna
     last = max([state.last_probe_id, *(p.id or 0 for p in probes)])
     if not is_deployed(key, snapshot.deployed):
         gone = unmeasured(state.model_copy(update={"last_probe_id": last}), now)
-        changes = [VerdictChange(now, state.verdict, gone.verdict, None)] if gone.verdict != state.verdict else []
+        changes = [VerdictChange(now, state.verdict, gone.verdict, None, gone)] if gone.verdict != state.verdict else []
         return gone, changes, None
     designs = stream_designs(key, state, probes, snapshot.references, settings.designs)
     if designs is None:  # no reference to judge by: the cursor moves on, nothing is judged
@@ -240,8 +248,8 @@ def apply_verdicts(session: Session, decision: VerdictDecision, now: datetime) -
         write_stream(session, update, now)
         report.streams.append(row_key(update.key))
         for change in update.changes:
-            payload = record_change(session, update, change, now)
-            report.events.append(f"{update.key.label()}: {change.verdict_from} -> {change.verdict_to}")
+            payload = record_change(session, update.key, change, now)
+            report.events.append(f"{update.key.label()}: {change.change.verdict_from} -> {change.change.verdict_to}")
             if payload["event"] != VERDICT:
                 payloads.append(payload)
     return report, payloads
@@ -265,9 +273,8 @@ def action_of(change: VerdictChange) -> str:
     return VERDICT
 
 
-def describe(update: StreamUpdate, change: VerdictChange) -> str:
+def describe(key: StreamKey, change: VerdictChange, view: StreamVerdict) -> str:
     """One line: the stream, the change, and why (the statistic against its threshold, what is blamed)."""
-    key, view = update.key, update.view
     where = f"{key.model} {key.class_ref or 'production path'} {condition_label(key.condition)}"
     text = f"{where}: {change.verdict_from} -> {change.verdict_to}"
     if change.probe_id is None and change.verdict_to == "not_measured":
@@ -283,9 +290,9 @@ def describe(update: StreamUpdate, change: VerdictChange) -> str:
     return text
 
 
-def record_change(session: Session, update: StreamUpdate, change: VerdictChange, now: datetime) -> dict[str, Any]:
-    key, view = update.key, update.view
-    message = describe(update, change)
+def record_change(session: Session, key: StreamKey, recorded: Change, now: datetime) -> dict[str, Any]:
+    change, view = recorded.change, recorded.view
+    message = describe(key, change, view)
     evidence = view.evidence.model_dump(mode="json") if view.evidence is not None else None
     row = CanaryEvent(at=change.at, model=key.model, kind=key.kind, class_ref=key.class_ref, condition=key.condition,
                       verdict_from=change.verdict_from, verdict_to=change.verdict_to, message=message, evidence=evidence)

@@ -1,17 +1,19 @@
 """Helpers for the canary verdict tests: a golden set and a reference stored as the recorder stores them,
 and scored probes stored as the probe executor stores them (canary_probes rows), so the verdict reconciler
-runs on exactly what it reads in production."""
+runs on exactly what it reads in production. The CLI tests import it as tests.controller.canary_store_helpers."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-
-from ctl_helpers import Api
+from typing import TYPE_CHECKING
 
 from fleetctl.canary.types import (
     ConditionNoise, GoldenPrompt, GoldenSet, ProbeRecord, PromptReference, Reference, Score,
 )
 from fleetctl.controller.models import CanaryProbe, CanaryReference, GoldenSetRow
+
+if TYPE_CHECKING:  # any object with .runtime (its store) and .clock will do (the CLI tests pass their own)
+    from ctl_helpers import Api
 
 MODEL = "smollm2-135m"
 PROMPTS = ("sum", "capital", "echo")
