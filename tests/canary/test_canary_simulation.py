@@ -101,15 +101,15 @@ def default_designs(p0: float) -> dict[str, CusumDesign]:
             for kind, interval in (("pinned", s.canary_pinned_interval_s), ("production", s.canary_production_interval_s))}
 
 
-@pytest.mark.parametrize("p0", [0.01, 0.05])
-def test_at_the_defaults_a_clean_stream_false_alarms_within_an_hour_with_at_most_0_12_percent_chance(p0: float) -> None:
-    """The documented bound (docs/canary.md): one false alarm per 30 days per stream, so at most about 0.12%
-    per stream-hour, from the run-length distribution of the exact chain."""
+@pytest.mark.parametrize("p0", [0.01, 0.02, 0.05, 0.10])
+def test_at_the_defaults_a_clean_stream_false_alarms_within_an_hour_with_at_most_0_14_percent_chance(p0: float) -> None:
+    """The documented bound (docs/canary.md): one false alarm per 30 days per stream, so at most 0.14% per
+    stream-hour, from the run-length distribution of the exact chain."""
     s = ControllerSettings()
     for kind, design in default_designs(p0).items():
         interval = s.canary_pinned_interval_s if kind == "pinned" else s.canary_production_interval_s
         assert design.arl0 * interval >= 30 * 86400
-        assert cusum.alarm_probability(p0, design.m, design.h_steps, round(3600 / interval)) <= 0.0012
+        assert cusum.alarm_probability(p0, design.m, design.h_steps, round(3600 / interval)) <= 0.0014
 
 
 def test_at_the_defaults_clean_production_streams_stay_healthy_for_an_hour() -> None:
