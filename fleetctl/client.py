@@ -28,7 +28,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from fleetctl.controller.responses import (
-    AuditEventView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
+    AuditEventView, CanaryClassView, CanaryEventView, CanaryStreamView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
     DeploymentSetResult, DeploymentView, EngineChange, EngineDrift, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
     TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
@@ -302,6 +302,22 @@ class ControllerCalls:
     @endpoint("GET", "/api/v1/rollouts/{rollout_id}/history", list[RolloutEventView])
     def rollout_history(rollout_id: int) -> Request:
         return Request(path={"rollout_id": str(rollout_id)})
+
+    # the quality canary
+    @endpoint("GET", "/api/v1/canary/status", list[CanaryStreamView])
+    def canary_status(model: str | None = None) -> Request:
+        """Each canary stream's verdict and evidence (of `model`)."""
+        return Request(params=_params(model=model))
+
+    @endpoint("GET", "/api/v1/canary/classes/{ref}", CanaryClassView)
+    def canary_class(ref: str, limit: int | None = None) -> Request:
+        """A class revision's streams and the latest `limit` probes it served."""
+        return Request(path={"ref": ref}, params=_params(limit=limit))
+
+    @endpoint("GET", "/api/v1/canary/events", list[CanaryEventView])
+    def canary_events(model: str | None = None, limit: int | None = None) -> Request:
+        """Verdict changes (alerts, recoveries), oldest first."""
+        return Request(params=_params(model=model, limit=limit))
 
     # audit and tokens
     @endpoint("GET", "/api/v1/audit", list[AuditEventView])

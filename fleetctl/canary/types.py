@@ -235,6 +235,11 @@ class StreamState(BaseModel):
     since: datetime | None = None
     last_probe_id: int = 0
     recent: list[int] = Field(default_factory=list, description="ids of the latest probes (evidence), newest last")
+    trend: list[float] = Field(default_factory=list, description="the divergence statistic (count units) after "
+                               "each probe in `recent`")
+    clean_run: int = Field(default=0, ge=0, description="consecutive good scored probes (recovery after an alarm)")
+    p0: float | None = Field(default=None, description="the divergence test's noise bound at the last fold")
+    answer_p0: float | None = Field(default=None, description="the answer test's; None: no prompt takes part")
 
 
 class Evidence(BaseModel):

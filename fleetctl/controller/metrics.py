@@ -12,6 +12,10 @@ at start.
 - `fleet_engine_config_drift{engine, class_ref}`: 1 for a running engine whose config differs from its class
   revision, 0 for one that matches (drift.py); engines with nothing to compare have no series. Read from
   the store at each scrape, so every replica exports the same values.
+- `fleet_canary_verdict{model, class, batch}`: each canary stream's verdict, 0 healthy, 1 drifting, 2 failing,
+  -1 not measured; `fleet_canary_statistic{model, class, batch}`: its divergence test statistic in count
+  units (it alarms at the threshold, docs/canary.md). The production stream is class "*", batch "mixed";
+  pinned streams are batch "b1", "b4", ... Read from the stored streams at each scrape.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 log = logging.getLogger(__name__)
 
 DriftSample = tuple[str, str, bool]  # (engine, class_ref, drifted)
+CanarySample = tuple[str, str, str, float, float]  # (model, class, batch, verdict code, statistic)
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes, as the engines serve it
 # A placement pass over a few nodes takes milliseconds; over a thousand, up to seconds.
@@ -49,6 +54,10 @@ class ControllerMetrics:
     def watch_drift(self, read: Callable[[], Iterable[DriftSample]]) -> None:
         """Export `fleet_engine_config_drift` from `read()` at every scrape."""
         self.registry.register(DriftCollector(read))
+
+    def watch_canary(self, read: Callable[[], Iterable[CanarySample]]) -> None:
+        """Export `fleet_canary_verdict` and `fleet_canary_statistic` from `read()` at every scrape."""
+        self.registry.register(CanaryCollector(read))
 
     def count_dropped_heartbeat(self, reason: str) -> None:
         self.heartbeat_dropped.labels(reason).inc()
@@ -92,3 +101,32 @@ class DriftCollector:
         for engine, class_ref, drifted in samples:
             family.add_metric([engine, class_ref], 1.0 if drifted else 0.0)
         yield family
+
+
+class CanaryCollector:
+    """`fleet_canary_verdict` and `fleet_canary_statistic`, computed when scraped from the stored streams."""
+
+    LABELS = ["model", "class", "batch"]
+    VERDICT = ("fleet_canary_verdict", "Canary verdict per stream: 0 healthy, 1 drifting, 2 failing, -1 not measured.")
+    STATISTIC = ("fleet_canary_statistic", "Canary divergence test statistic per stream, in count units.")
+
+    def __init__(self, read: Callable[[], Iterable[CanarySample]]):
+        self.read = read
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(*self.VERDICT, labels=self.LABELS)
+        yield GaugeMetricFamily(*self.STATISTIC, labels=self.LABELS)
+
+    def collect(self) -> Iterator[Metric]:
+        verdicts = GaugeMetricFamily(*self.VERDICT, labels=self.LABELS)
+        statistics = GaugeMetricFamily(*self.STATISTIC, labels=self.LABELS)
+        try:
+            samples = list(self.read())
+        except Exception:  # the store is down: the other metrics are still served
+            log.exception("reading canary streams for /metrics failed")
+            samples = []
+        for model, class_ref, batch, verdict, statistic in samples:
+            verdicts.add_metric([model, class_ref, batch], verdict)
+            statistics.add_metric([model, class_ref, batch], statistic)
+        yield verdicts
+        yield statistics

@@ -12,7 +12,10 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
 - `desired`: engines the model's deployments ask for, per revision (all roles);
 - `served`: every gateway's latest per-revision counters (gateways.served_by_gateway);
 - `drifted`: engines of A or B whose running config differs from their class (drift.drifted_engines);
-- `quality`: None (not measured) for every revision until the golden-set canary exists.
+- `quality`: the golden-set canary's word on each revision (canary_streams.quality, verdict.class_quality):
+  'fail' when one of its pinned streams is drifting or failing, or the model's production stream alarmed
+  blaming it; 'pass' when its batch-1 pinned stream is healthy and nothing fails it; None (not measured)
+  otherwise, never a pass for lack of data.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import views
+from fleetctl.controller import canary_streams, views
 from fleetctl.controller.drift import drifted_engines
 from fleetctl.controller.gateways import is_stale, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState, TrafficPolicy
@@ -49,7 +52,7 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
         desired={ref: sum(n for (r, _), n in desired_by_role.items() if r == ref) for ref in refs},
         drifted=drifted,
         served=served,
-        quality={ref: None for ref in refs},
+        quality=canary_streams.quality(session, model, refs),
         frozen=False,  # break-glass freeze is not built yet; the machine already pauses on it
     )
 

@@ -3,8 +3,8 @@
 `start()` applies migrations (if configured), creates the bootstrap token on first start and starts the
 background threads: the reconcilers' loop (reconcile/runner.py: while this process leads, each reconciler
 runs on its own schedule) and the heartbeat flusher. The reconcilers are the placement reconciler
-(reconciler.py), the rollout reconciler (rollout_reconciler.py) and the canary probe reconciler
-(canary_probes.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
+(reconciler.py), the canary's verdict reconciler (canary_verdicts.py), the rollout reconciler
+(rollout_reconciler.py) and the canary probe reconciler (canary_probes.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
 """
@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from fleetctl.controller import drift
+from fleetctl.controller import canary_streams, drift
 from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.canary_probes import CanaryProbeReconciler
+from fleetctl.controller.canary_verdicts import CanaryVerdictReconciler
 from fleetctl.controller.db import Store, migrate
 from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
@@ -40,9 +41,11 @@ def utc_now() -> datetime:
 
 def default_reconcilers(settings: ControllerSettings, store: Store,
                         metrics: ControllerMetrics | None = None) -> list[Reconciler[Any, Any, Any]]:
-    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run. The
+    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run.
+    The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. The
     canary probe reconciler sends its probes from its own thread (canary_probes.py)."""
     return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
+            CanaryVerdictReconciler(settings),
             RolloutReconciler(settings.reconcile_interval_s),
             CanaryProbeReconciler(settings, store, metrics)]
 
@@ -65,6 +68,7 @@ class ControllerRuntime:
         self.tokens = TokenCache(settings.token_cache_s)
         self.metrics = ControllerMetrics()
         self.metrics.watch_drift(self._drift_samples)
+        self.metrics.watch_canary(self._canary_samples)
         # None: every heartbeat is written in its own transaction (heartbeat_flush_s = 0)
         self.heartbeats = HeartbeatBuffer(
             self.store, self.wake, clock=clock, on_dropped=self.metrics.count_dropped_heartbeat) if settings.heartbeat_flush_s > 0 else None
@@ -121,6 +125,10 @@ class ControllerRuntime:
         """(engine, class_ref, drifted) of every running engine with something to compare (the metric)."""
         with self.store.session() as session:
             return [(e.name, e.class_ref, e.drifted) for e in drift.engine_drift(session) if e.checked]
+
+    def _canary_samples(self) -> list[canary_streams.MetricSample]:
+        with self.store.session() as session:
+            return canary_streams.metric_samples(session)
 
     def flush_heartbeats(self) -> None:
         if self.heartbeats is not None:

@@ -25,6 +25,7 @@ READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history",
+    "canary status", "canary show", "canary events",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",

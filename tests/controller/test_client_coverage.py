@@ -13,11 +13,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-from ctl_helpers import SPEC
+from canary_store_helpers import add_probes, store_reference
+from ctl_helpers import SPEC, Clock
 from pydantic import TypeAdapter
 
 from fleetctl.client import AsyncControllerClient, ControllerCalls, ControllerClient, Endpoint
@@ -31,7 +33,7 @@ HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
-            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}}
+            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -276,6 +278,23 @@ def test_rollouts_round_trip(checked: Checked) -> None:
     assert checked("operator", "rollout_command", started.id, "promote", full=True).phase == "progressing"
     assert [e.event for e in checked("viewer", "rollout_history", started.id)] == ["started", "paused", "promoted"]
     checked.assert_covered("rollouts")
+
+
+def test_canary_round_trip(checked: Checked) -> None:
+    run_one_ready_engine(checked)
+    store = SimpleNamespace(runtime=checked.server.runtime, clock=Clock())  # what the probe executor stores
+    reference = store_reference(store, "chat@r1")  # type: ignore[arg-type]
+    add_probes(store, reference, "chat@r1", 12)  # type: ignore[arg-type]
+    add_probes(store, reference, "chat@r1", 3, kind="production", diverged=True)  # type: ignore[arg-type]
+    checked.server.runtime.step()
+    streams = checked("viewer", "canary_status", model="smollm2-135m")
+    assert [(s.kind, s.batch, s.verdict) for s in streams] == [("production", "mixed", "not_measured"),
+                                                                ("pinned", "b1", "healthy")]
+    assert streams[1].evidence is not None and streams[1].evidence.probes == 15
+    shown = checked("viewer", "canary_class", "chat@r1", limit=5)
+    assert shown.class_ref == "chat@r1" and len(shown.probes) == 5 and shown.probes[-1].score.diverged
+    assert [e.verdict_to for e in checked("viewer", "canary_events", model="smollm2-135m", limit=10)] == ["healthy"]
+    checked.assert_covered("canary")
 
 
 async def test_the_async_client_returns_the_same_models(checked: Checked) -> None:

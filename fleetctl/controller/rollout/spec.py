@@ -44,7 +44,7 @@ from fleetctl.replica_class import REF_PATTERN
 # What a metric can measure, for requests the gateways served from one class revision in one window.
 LATENCY_MEASURES = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s")
 RATE_MEASURES = ("error_rate", "rejection_rate")
-QUALITY = "quality"  # the golden-set canary's verdict for B: 1 pass, 0 fail; `not measured` until it exists
+QUALITY = "quality"  # the golden-set canary's verdict for B: 1 pass, 0 fail; `not measured` until it measures B
 MEASURES = LATENCY_MEASURES + RATE_MEASURES + (QUALITY,)
 Measure = Literal[
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
