@@ -3,7 +3,8 @@
 `start()` applies migrations (if configured), creates the bootstrap token on first start and starts the
 background threads: the reconcilers' loop (reconcile/runner.py: while this process leads, each reconciler
 runs on its own schedule) and the heartbeat flusher. The reconcilers are the placement reconciler
-(reconciler.py) and the rollout reconciler (rollout_reconciler.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
+(reconciler.py), the rollout reconciler (rollout_reconciler.py) and the drill reconciler
+(drill_reconciler.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from fleetctl.controller import drift
 from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.db import Store, migrate
+from fleetctl.controller.drill_reconciler import DrillReconciler
 from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.metrics import ControllerMetrics
@@ -37,9 +39,10 @@ def utc_now() -> datetime:
 
 
 def default_reconcilers(settings: ControllerSettings) -> list[Reconciler[Any, Any, Any]]:
-    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run."""
+    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run.
+    Then drills: canary drills whose time is up are ended."""
     return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
-            RolloutReconciler(settings.reconcile_interval_s)]
+            RolloutReconciler(settings.reconcile_interval_s), DrillReconciler(settings.reconcile_interval_s)]
 
 
 class ControllerRuntime:
