@@ -1,7 +1,7 @@
 """A plant drill on the agent side, with the real supervisor and a real tiny reference engine: an assignment
 that asks for a planted fault restarts the engine with the fault in its environment (read back from the
-child's /proc/PID/environ), its reported launch does not show it, and the engine is restarted clean when the
-fault is taken away. Also the pure part: the plan restarts exactly the engine whose planted fault differs."""
+child's /proc/PID/environ), its reported launch does not show it (so the controller's drift check finds
+nothing), and the engine is restarted clean when the fault is taken away. Also the pure part: the plan restarts exactly the engine whose planted fault differs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from agent.settings import AgentSettings
 from agent.supervisor import Supervisor
 from engine.contract import EngineAssignment, EngineObserved
 from engine.contract.faults import FAULT_ENV
+from fleetctl.controller.drift import config_drift
+from fleetctl.replica_class import ReplicaClassSpec
 
 SPEC = {"model": "tiny", "weights": "tiny", "backend": "reference", "kv_cache_mib": 16, "block_size": 16,
         "max_model_len": 256, "max_num_seqs": 4, "max_num_batched_tokens": 256, "dtype": "float32",
@@ -46,12 +48,12 @@ def environ(pid: int) -> dict[str, str]:
 
 
 async def until_ready(supervisor: Supervisor, other_than: int | None, timeout_s: float = 180.0) -> EngineObserved:
-    """Tick until the engine is ready in a process other than `other_than`."""
+    """Tick until the engine is ready in a process other than `other_than`, and has said what it runs."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         await supervisor.tick()
         (engine,) = supervisor.observed()
-        if engine.state == "ready" and engine.pid is not None and engine.pid != other_than:
+        if engine.state == "ready" and engine.pid is not None and engine.pid != other_than and engine.reported:
             return engine
         await asyncio.sleep(0.2)
     raise AssertionError(f"engine not ready (again) within {timeout_s}s: {supervisor.observed()}")
@@ -76,6 +78,7 @@ async def test_a_planted_fault_restarts_the_engine_with_it_hidden_then_clean(tmp
         assert planted.launched is not None and FAULT_ENV not in planted.launched.env
         assert planted.launched == clean.launched  # the report looks exactly as the clean engine's
         assert planted.restarts == clean.restarts + 1 and planted.class_ref == "tiny@r1"
+        assert config_drift(ReplicaClassSpec.model_validate(SPEC), planted.launched, planted.reported) == []
 
         supervisor.set_desired([CLEAN], new_generation=True)
         again = await until_ready(supervisor, planted.pid)
