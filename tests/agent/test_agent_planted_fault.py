@@ -1,7 +1,8 @@
 """A plant drill on the agent side, with the real supervisor and a real tiny reference engine: an assignment
 that asks for a planted fault restarts the engine with the fault in its environment (read back from the
 child's /proc/PID/environ), its reported launch does not show it (so the controller's drift check finds
-nothing), and the engine is restarted clean when the fault is taken away. Also the pure part: the plan restarts exactly the engine whose planted fault differs."""
+nothing), and the engine is restarted clean when the fault is taken away. Also the pure part: the plan
+restarts exactly the engine whose planted fault differs."""
 
 from __future__ import annotations
 

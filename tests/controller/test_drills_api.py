@@ -5,12 +5,16 @@ with an injected clock; every start and stop audited with the drill in the reaso
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from ctl_helpers import Api, apply_class, beat, deploy, observed, register
 
+from fleetctl.controller import drills
 from fleetctl.controller.rollout_observations import routing_acknowledged
+from fleetctl.errors import Conflict
 
 MODEL = "smollm2-135m"
 
@@ -265,3 +269,22 @@ def test_gateways_acknowledge_the_routing_table_of_a_drill_only_once_they_applie
     assert not acknowledged()
     report(routing(api)["generation"])
     assert acknowledged()
+
+
+def test_concurrent_starts_for_one_model_leave_one_drill(api: Api) -> None:
+    _r1, r2 = two_revisions(api)
+    barrier = threading.Barrier(4)
+
+    def start(fraction: float) -> str:
+        barrier.wait()
+        try:
+            with api.runtime.store.session() as session:
+                drills.start_misroute(session, MODEL, r2, fraction, 600.0, "racer", api.clock())
+            return "started"
+        except Conflict as exc:
+            return exc.code
+
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = sorted(pool.map(start, [0.1, 0.2, 0.3, 0.4]))
+    assert outcomes == ["drill_in_progress"] * 3 + ["started"]
+    assert [d["active"] for d in drills_listed(api)] == [True]
