@@ -36,7 +36,8 @@ from sqlalchemy.orm import Session
 from engine.contract import RUNNING_STATES
 from engine.contract.faults import FAULTS
 from fleetctl.controller import audit, routing_generation, traffic
-from fleetctl.controller.drill_effects import MISROUTE, PLANT, misrouted_weights
+from fleetctl.controller.drill_effects import MISROUTE, PLANT
+from fleetctl.controller.drill_effects import misrouted_weights as misrouted_weights  # the misroute's pure part
 from fleetctl.controller.models import Assignment, Deployment, Drill, Engine, Node
 from fleetctl.errors import Conflict, NotFound, ValidationFailed
 
@@ -47,9 +48,6 @@ MAX_FRACTION = 0.5
 MAX_DURATION_S = 4 * 3600.0
 DEFAULT_DURATION_S = 20 * 60.0
 RECENT = 50  # ended drills listed after the active ones
-
-__all__ = ["misrouted_weights", "start_misroute", "start_plant", "stop", "active_drills", "end_expired",
-           "list_drills", "drill_view", "describe"]
 
 
 # --- starting ---
