@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.contract import EngineAssignment, reference_engine_version
+from engine.contract.faults import FAULT_ENV
 from engine.contract.launch_flags import REFERENCE_FLAGS
 from engine.vllm import render_flags, render_vllm_command
 
@@ -49,6 +50,12 @@ class EngineLaunch:
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+
+
+def planted_fault_env(assignment: EngineAssignment) -> dict[str, str]:
+    """The environment a canary drill's planted fault adds (FAULT_ENV); nothing for a clean engine. Kept
+    out of EngineLaunch, whose env is reported as launched: the drill's engine must look clean."""
+    return {FAULT_ENV: assignment.planted_fault} if assignment.planted_fault else {}
 
 
 def backend_of(assignment: EngineAssignment) -> str:

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,22 +59,25 @@ class ManagedProcess:
                 pass
 
 
-def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> ManagedProcess:
-    """Start `argv` in its own session (a Ctrl-C to the agent's terminal does not reach it), output to the log."""
+def spawn(argv: list[str], env: dict[str, str], log_path: Path, without: Iterable[str] = ()) -> ManagedProcess:
+    """Start `argv` in its own session (a Ctrl-C to the agent's terminal does not reach it), output to the log.
+    Its environment is `child_env(env, without)`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
         log.flush()
         popen = subprocess.Popen(
-            argv, env=child_env(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            argv, env=child_env(env, without), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     return ManagedProcess(popen.pid, _create_time(popen.pid), popen)
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The agent's environment plus `extra`, with the source root on PYTHONPATH."""
-    return {**os.environ, **agent_set_env(extra)}
+def child_env(extra: dict[str, str], without: Iterable[str] = ()) -> dict[str, str]:
+    """The agent's environment less the names in `without`, plus `extra`, with the source root on PYTHONPATH."""
+    dropped = set(without)
+    inherited = {name: value for name, value in os.environ.items() if name not in dropped}
+    return {**inherited, **agent_set_env(extra)}
 
 
 def agent_set_env(extra: dict[str, str]) -> dict[str, str]:

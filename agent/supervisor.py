@@ -15,7 +15,9 @@ top. Before the first assignment arrives (agent just started, controller unreach
 
 Each engine's report also says what its process runs: the command line and environment it was launched
 with, and once it is ready, the engine's own account of its settings (agent.engine_config), for the
-controller's drift check.
+controller's drift check. A canary drill's planted fault (EngineAssignment.planted_fault) is the one
+exception: the engine is started with it in its environment, and the report leaves it out; a change of
+planted fault restarts the engine (drain, then start), as a change of class does.
 
 A crashed engine is restarted after a full-jitter backoff that grows with consecutive crashes (reset once an
 engine has stayed ready for `stable_after_s`); `restarts` and `last_exit` say so in its observed state.
@@ -39,12 +41,13 @@ import httpx
 from agent import engine_slot as es
 from agent import process as proc
 from agent.engine_config import fetch_reported, launched_command
-from agent.launch import LaunchError, PortBlock, backend_of, port_layout, port_width, render_launch
+from agent.launch import LaunchError, PortBlock, backend_of, planted_fault_env, port_layout, port_width, render_launch
 from agent.metrics import parse_engine_metrics
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
 from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState, LaunchedCommand, ReportedConfig
+from engine.contract.faults import FAULT_ENV
 
 log = logging.getLogger("fleetctl.agent.supervisor")
 
@@ -117,6 +120,10 @@ class Supervisor:
             launched=slot.launched if running else None, reported=slot.reported if running else None,
         )
 
+    def running_faults(self) -> dict[str, str | None]:
+        """engine name -> the planted fault its process runs with, or is being started with (never reported)."""
+        return {name: slot.state.assignment.planted_fault for name, slot in self.slots.items()}
+
     def _url(self, s: es.Slot) -> str | None:
         return f"http://{self.settings.url_host}:{s.ports.http}" if s.ports else None
 
@@ -127,7 +134,7 @@ class Supervisor:
         self._reap(now)
         await self._probe(now)
         desired = self.effective_desired()
-        for action in plan_actions(desired, self.observed()):
+        for action in plan_actions(desired, self.observed(), self.running_faults()):
             await self._act(action, now)
         for slot in list(self.slots.values()):
             self._apply_local(slot, es.Tick(), now)
@@ -249,10 +256,13 @@ class Supervisor:
                 assignment, ports, hash_seed=self.settings.hash_seed, host=self.settings.host,
                 python=self.settings.python, vllm_executable=self.settings.vllm_executable,
             )
-            process = proc.spawn(launch.argv, launch.env, slot.log_path)
+            # a planted fault comes from the assignment only, never from the agent's own environment
+            process = proc.spawn(launch.argv, {**launch.env, **planted_fault_env(assignment)}, slot.log_path,
+                                 without=(FAULT_ENV,))
         except (LaunchError, OSError) as exc:
             return es.SpawnFailed(f"launch failed: {exc}", ports)
         slot.process = process
+        # what is reported leaves the planted fault out: a drill's engine must look clean (engine.contract.faults)
         slot.launched = launched_command(launch.argv, proc.agent_set_env(launch.env))
         slot.reported, slot.config_asks = None, 0
         record = proc.ProcessRecord(

@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from fleetctl.controller.responses import (
     AuditEventView, CanaryClassView, CanaryEventView, CanaryStreamView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
-    DeploymentSetResult, DeploymentView, EngineChange, EngineDrift, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
+    DeploymentSetResult, DeploymentView, DrillStarted, DrillStopResult, DrillView, EngineChange, EngineDrift, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
     TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
 )
@@ -318,6 +318,34 @@ class ControllerCalls:
     def canary_events(model: str | None = None, limit: int | None = None) -> Request:
         """Verdict changes (alerts, recoveries), oldest first."""
         return Request(params=_params(model=model, limit=limit))
+
+    # canary drills
+    @endpoint("POST", "/api/v1/drills/misroute", DrillStarted)
+    def start_misroute_drill(model: str, to: str, fraction: float, duration_s: float | None = None,
+                             reason: str | None = None) -> Request:
+        """Send `fraction` (0 < f <= 0.5) of `model`'s traffic to the revision `to` for `duration_s` (default
+        20 minutes, at most 4 hours); a Conflict (`drill_in_progress`) when the model has a drill in effect."""
+        return Request(json={"model": model, "to": to, "fraction": fraction, "duration_s": duration_s}, reason=reason)
+
+    @endpoint("POST", "/api/v1/drills/plant", DrillStarted)
+    def start_plant_drill(engine: str, fault: str, duration_s: float | None = None,
+                          reason: str | None = None) -> Request:
+        """Restart the running `engine` with the hidden `fault` (engine.contract.faults) for `duration_s`."""
+        return Request(json={"engine": engine, "fault": fault, "duration_s": duration_s}, reason=reason)
+
+    @endpoint("GET", "/api/v1/drills", list[DrillView])
+    def list_drills() -> Request:
+        """The drills in effect (oldest first), then the last 50 that ended (newest first)."""
+        return Request()
+
+    @endpoint("POST", "/api/v1/drills/{drill_id}/stop", DrillStopResult)
+    def stop_drill(drill_id: int, reason: str | None = None) -> Request:
+        return Request(path={"drill_id": str(drill_id)}, reason=reason)
+
+    @endpoint("POST", "/api/v1/drills/stop", DrillStopResult)
+    def stop_all_drills(reason: str | None = None) -> Request:
+        """End every drill in effect."""
+        return Request(reason=reason)
 
     # audit and tokens
     @endpoint("GET", "/api/v1/audit", list[AuditEventView])

@@ -25,6 +25,7 @@ from fleetctl.cli import (
     class_cmd,
     controller_cmd,
     deploy_cmd,
+    drill_cmd,
     engine_cmd,
     gateway_cmd,
     node_cmd,
@@ -53,6 +54,7 @@ COMMAND_MODULES: list[ModuleType] = [
     traffic_cmd,  # traffic get|set
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
+    drill_cmd,  # drill misroute|plant|stop|list
 ]
 
 app = typer.Typer(

@@ -212,6 +212,9 @@ def get_traffic(ctx: typer.Context, model: ModelArg, output: OutputOption = Form
     view = client(ctx).get_traffic(model)
     if output is Format.table:
         status(f"{model}: {format_weights(view.weights)}{_source(view)}")
+        if view.drill is not None:
+            status(f"{view.drill.description}: in effect until {view.drill.ends_at}; gateways route it on top of "
+                   f"these weights (fleetctl drill stop {view.drill.id})")
         emit(view.revisions, output, REVISION_COLUMNS)
     else:
         emit(view, output)

@@ -46,7 +46,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from fleetctl.controller import audit
+from fleetctl.controller import audit, drill_effects
 
 from fleetctl.controller.contract import HeartbeatRequest
 from fleetctl.controller.db import Store
@@ -247,10 +247,11 @@ class HeartbeatBuffer:
         if not stale:
             return {}
         by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in stale}
+        faults = drill_effects.planted_faults(session)  # plant drills in effect: a handful at most
         for chunk in chunks(stale, 500):
             query = ASSIGNMENT_ROWS.add_columns(Assignment.node).where(Assignment.node.in_(chunk)).order_by(Assignment.name)
             for row in session.execute(query).all():
-                by_node[row.node].append(to_assignment(row).to_contract(row.spec))
+                by_node[row.node].append(to_assignment(row).to_contract(row.spec, faults.get(row.name)))
         return {name: json.dumps(rows, separators=(",", ":")) for name, rows in by_node.items()}
 
     def _refresh(self, states: dict[str, tuple[str, int]], assignments: dict[str, str]) -> None:

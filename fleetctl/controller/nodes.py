@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from fleetctl.controller import drill_effects
 from fleetctl.controller.contract import HeartbeatRequest, RegisterRequest
 from fleetctl.controller.models import Assignment, ClassRevision, Engine, Node
 from fleetctl.controller.placement import PlannedEngine
@@ -90,9 +91,11 @@ ASSIGNMENT_ROWS = (
 
 
 def assignment_of(session: Session, node: str) -> list[dict[str, Any]]:
-    """The node's desired engines in the contract's EngineAssignment form (spec included)."""
+    """The node's desired engines in the contract's EngineAssignment form (spec included, and the fault
+    of a plant drill in effect: drill_effects.py)."""
     rows = session.execute(ASSIGNMENT_ROWS.where(Assignment.node == node).order_by(Assignment.name)).all()
-    return [to_assignment(row).to_contract(row.spec) for row in rows]
+    faults = drill_effects.planted_faults(session, [row.name for row in rows]) if rows else {}
+    return [to_assignment(row).to_contract(row.spec, faults.get(row.name)) for row in rows]
 
 
 def to_assignment(row: Assignment) -> PlannedEngine:

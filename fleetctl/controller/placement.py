@@ -46,10 +46,12 @@ class PlannedEngine:
     def key(self) -> tuple[str, str, str, str, str, bool]:
         return (self.name, self.deployment, self.model, self.class_ref, self.role, self.drain)
 
-    def to_contract(self, spec: ReplicaClassSpec | Mapping[str, Any]) -> dict[str, Any]:
+    def to_contract(self, spec: ReplicaClassSpec | Mapping[str, Any], planted_fault: str | None = None) -> dict[str, Any]:
+        """The EngineAssignment JSON; `planted_fault` is an active plant drill's fault (drills.py), not
+        placement's: placement never plans one."""
         spec_json = spec.model_dump(mode="json") if isinstance(spec, ReplicaClassSpec) else dict(spec)
         return {"name": self.name, "model": self.model, "class_ref": self.class_ref, "spec": spec_json,
-                "role": self.role, "drain": self.drain}
+                "role": self.role, "drain": self.drain, "planted_fault": planted_fault}
 
 
 @dataclass(frozen=True)

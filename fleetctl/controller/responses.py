@@ -194,6 +194,38 @@ class FleetStatus(ResponseModel):
     drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
 
 
+# --- canary drills ---
+
+class DrillView(ResponseModel):
+    id: int = Field(description="the drill's id")
+    kind: Literal["misroute", "plant"] = Field(description="misroute: a fraction of the traffic elsewhere; "
+                                                           "plant: one engine runs with a hidden fault")
+    model: str = Field(description="the model drilled")
+    to_ref: str | None = Field(description="misroute: the class revision the fraction goes to")
+    fraction: float | None = Field(description="misroute: the fraction of the model's traffic sent there")
+    engine: str | None = Field(description="plant: the engine restarted with the fault")
+    fault: str | None = Field(description="plant: the fault (engine.contract.faults)")
+    started_at: str = Field(description="time it started")
+    ends_at: str = Field(description="time it ends by itself")
+    stopped_at: str | None = Field(description="time it ended; None while in effect")
+    stopped_by: str | None = Field(description="token name that stopped it, or 'expired'")
+    created_by: str = Field(description="token name that started it")
+    active: bool = Field(description="in effect now")
+    remaining_s: float | None = Field(description="seconds until it ends by itself, while in effect")
+    description: str = Field(description="the drill in one line")
+
+
+class DrillStarted(DrillView):
+    generation: int = Field(description="the routing-table generation that includes it (a misroute reaches "
+                                        "gateways at or past it)")
+
+
+class DrillStopResult(ResponseModel):
+    result: Changed = Field(description="changed: drills were ended; unchanged: none was in effect")
+    stopped: list[DrillView] = Field(description="the drills this call ended")
+    generation: int = Field(description="the routing-table generation without them")
+
+
 # --- traffic and flags ---
 
 class TrafficPolicyView(ResponseModel):
@@ -221,6 +253,8 @@ class TrafficView(ResponseModel):
     updated_by: str | None = Field(description="token name of that change")
     version: int | None = Field(default=None, description="the policy's version; None without a policy")
     revisions: list[RevisionTraffic] = Field(description="each revision weighted or deployed")
+    drill: DrillView | None = Field(default=None, description="a misroute drill in effect: gateways route its "
+                                    "fraction to its target on top of these weights")
 
 
 class FieldDifference(ResponseModel):
@@ -347,7 +381,7 @@ class CanaryEventView(ResponseModel):
 
 __all__ = [
     "AuditEventView", "CanaryClassView", "CanaryEventView", "CanaryProbeView", "CanaryStreamView", "ClassApplied", "ClassHistoryEntry", "ClassRevisionView", "ClassSummary", "ControllerInfo",
-    "CorrectnessDifferenceView", "DeploymentDeleted", "DriftEntry", "EngineDrift", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
+    "CorrectnessDifferenceView", "DeploymentDeleted", "DrillStarted", "DrillStopResult", "DrillView", "DriftEntry", "EngineDrift", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
     "EngineChange", "EngineView", "FieldDifference", "FlagSetResult", "FlagValue", "FlagView", "FleetStatus",
     "GatewayView", "Health", "HeartbeatResponse", "NodeCapacity", "NodeChange", "NodeDetail", "NodeView",
     "RegisterResponse", "ResponseModel", "RevisionTraffic", "RoutingEngine", "RoutingModel", "RoutingTable",

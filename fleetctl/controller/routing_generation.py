@@ -58,6 +58,12 @@ def stamp(session: Session, build: Callable[[], dict[str, Any]]) -> tuple[int, d
     return _advance(session, seen, content_digest(content)), content
 
 
+def lock(session: Session) -> None:
+    """Take the counter row's write lock until the transaction ends, before reading what a change checks:
+    writers that must see each other's committed rows (two drill starts for one model) take turns."""
+    _lock(session)
+
+
 def _read(session: Session) -> tuple[int, str] | None:
     row = session.execute(select(RoutingState.generation, RoutingState.digest).where(RoutingState.id == ROW_ID)).first()
     return (int(row[0]), row[1]) if row is not None else None

@@ -4,7 +4,8 @@
 background threads: the reconcilers' loop (reconcile/runner.py: while this process leads, each reconciler
 runs on its own schedule) and the heartbeat flusher. The reconcilers are the placement reconciler
 (reconciler.py), the canary's verdict reconciler (canary_verdicts.py), the rollout reconciler
-(rollout_reconciler.py) and the canary probe reconciler (canary_probes.py) unless the caller passes others. The API calls `wake()` after changing deployments or nodes
+(rollout_reconciler.py), the drill reconciler (drill_reconciler.py) and the canary probe reconciler (canary_probes.py)
+unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
 """
@@ -23,6 +24,7 @@ from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.canary_probes import CanaryProbeReconciler
 from fleetctl.controller.canary_verdicts import CanaryVerdictReconciler
 from fleetctl.controller.db import Store, migrate
+from fleetctl.controller.drill_reconciler import DrillReconciler
 from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.metrics import ControllerMetrics
@@ -42,11 +44,13 @@ def utc_now() -> datetime:
 def default_reconcilers(settings: ControllerSettings, store: Store,
                         metrics: ControllerMetrics | None = None) -> list[Reconciler[Any, Any, Any]]:
     """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run.
-    The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. The
-    canary probe reconciler sends its probes from its own thread (canary_probes.py)."""
+    The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. Then
+    drills (those whose time is up are ended), and the canary probe reconciler, which sends its probes from
+    its own thread (canary_probes.py)."""
     return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
             CanaryVerdictReconciler(settings),
             RolloutReconciler(settings.reconcile_interval_s),
+            DrillReconciler(settings.reconcile_interval_s),
             CanaryProbeReconciler(settings, store, metrics)]
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from engine.contract import RUNNING_STATES
-from fleetctl.controller import drift, routing_generation
+from fleetctl.controller import drift, drill_effects, routing_generation
 from fleetctl.controller.deployments import deployment_view
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
 from fleetctl.controller.nodes import node_view
@@ -110,13 +110,17 @@ def routing_content(session: Session) -> dict[str, Any]:
     policies = {p.model: p.weights for p in session.execute(select(TrafficPolicy)).scalars()}
     specs = {c.ref: c.spec for c in session.execute(select(ClassRevision)).scalars()}
     return {
-        "models": _models(deps, policies, specs),
+        "models": _models(deps, policies, specs, drill_effects.misroutes(session)),
         "engines": _routing_engines(session),
         "flags": {f.name: f.value for f in session.execute(select(FeatureFlag).order_by(FeatureFlag.name)).scalars()},
     }
 
 
-def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: dict[str, Any]) -> dict[str, Any]:
+def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: dict[str, Any],
+            misroutes: dict[str, drill_effects.Misroute]) -> dict[str, Any]:
+    """Each model's traffic (its policy, else every deployed revision equally), with a misroute drill in
+    effect applied on top: gateways send the drill's fraction to its target with no change of their own,
+    while the stored policy keeps the operator's weights."""
     roles: dict[str, set[str]] = defaultdict(set)
     deployed: dict[str, dict[str, float]] = defaultdict(dict)
     for d in deps:
@@ -126,6 +130,9 @@ def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: 
     models = {}
     for model in sorted(set(deployed) | set(policies)):
         traffic = {ref: float(w) for ref, w in (policies.get(model) or deployed[model]).items()}
+        if model in misroutes:
+            drill = misroutes[model]
+            traffic = drill_effects.misrouted_weights(traffic, drill.to_ref, drill.fraction)
         models[model] = {
             "traffic": traffic,
             "pd": {"prefill", "decode"} <= roles[model],

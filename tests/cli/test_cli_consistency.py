@@ -24,18 +24,20 @@ from fleetctl.cli.main import app
 READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
-    "rollout list", "rollout status", "rollout history",
+    "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
     "traffic shift", "down", "agent drain", "agent restart", "agent stop",
     "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
+    "drill misroute", "drill plant",  # they change what production users get
 }
 OTHER = {
     "node uncordon", "class apply", "token create", "up", "controller migrate",
     "controller serve", "agent serve", "engine serve", "gateway serve",
     "rollout pause", "rollout resume", "rollout watch",
+    "drill stop",  # restores traffic and engines as they were before the drill
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 

@@ -33,7 +33,7 @@ HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
-            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}}
+            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -295,6 +295,28 @@ def test_canary_round_trip(checked: Checked) -> None:
     assert shown.class_ref == "chat@r1" and len(shown.probes) == 5 and shown.probes[-1].score.diverged
     assert [e.verdict_to for e in checked("viewer", "canary_events", model="smollm2-135m", limit=10)] == ["healthy"]
     checked.assert_covered("canary")
+
+
+def test_drills_round_trip(checked: Checked) -> None:
+    engine = run_one_ready_engine(checked)
+    checked("operator", "apply_class", "chat", {**SPEC, "max_model_len": 8192})
+    checked("operator", "set_deployment", "chat-long", "chat@r2", 1, placement={"zone": "a"})
+    checked.server.runtime.step()
+    beat = checked("agent", "heartbeat", {"node": NODE, "generation": 0, "engines": [], "cut_off_s": None})
+    ready = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role, "state": "ready",
+              "url": f"http://n1:{8100 + i}", "port": 8100 + i, "pid": 42 + i, "restarts": 0, "metrics": {}}
+             for i, a in enumerate(beat.assignment)]
+    checked("agent", "heartbeat", {"node": NODE, "generation": beat.generation, "engines": ready, "cut_off_s": None})
+    started = checked("operator", "start_misroute_drill", "smollm2-135m", "chat@r2", 0.15, 600, reason="test")
+    assert (started.kind, started.to_ref, started.active) == ("misroute", "chat@r2", True)
+    assert checked("viewer", "get_traffic", "smollm2-135m").drill.id == started.id
+    assert checked("operator", "stop_drill", started.id, reason="test").result == "changed"
+    planted = checked("operator", "start_plant_drill", engine, "rope_perturb", 60)
+    assert (planted.engine, planted.fault) == (engine, "rope_perturb")
+    assert [d.id for d in checked("viewer", "list_drills")] == [planted.id, started.id]
+    stopped = checked("operator", "stop_all_drills")
+    assert [d.id for d in stopped.stopped] == [planted.id]
+    checked.assert_covered("drills")
 
 
 async def test_the_async_client_returns_the_same_models(checked: Checked) -> None:

@@ -35,6 +35,10 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/rollouts", {"spec": {"model": "{bad}", "to": "chat@r1", "steps": [{"setWeight": 100}]}}, "operator",
      "spec.model"),
     ("POST", "/api/v1/rollouts/1/abort", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/drills/misroute", {"model": "{bad}", "to": "chat@r1", "fraction": 0.1}, "operator", "model"),
+    ("POST", "/api/v1/drills/plant", {"engine": "chat-0", "fault": "{bad}"}, "operator", "fault"),
+    ("POST", "/api/v1/drills/1/stop", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/drills/stop", {"reason": "{bad}"}, "operator", "reason"),
 ]
 
 
@@ -55,7 +59,8 @@ def _template(path: str) -> str:
     parts = {"/api/v1/deployments/chat": "/api/v1/deployments/{name}", "/api/v1/traffic/smollm2-135m": "/api/v1/traffic/{model}",
              "/api/v1/flags/kill": "/api/v1/flags/{name}", "/api/v1/tokens/ci": "/api/v1/tokens/{name}",
              "/api/v1/engines/chat-0/drain": "/api/v1/engines/{name}/drain",
-             "/api/v1/rollouts/1/abort": "/api/v1/rollouts/{rollout_id}/{command}"}
+             "/api/v1/rollouts/1/abort": "/api/v1/rollouts/{rollout_id}/{command}",
+             "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop"}
     if path in parts:
         return parts[path]
     return path.replace("/nodes/n1/", "/nodes/{name}/")

@@ -15,6 +15,7 @@ from fleetctl.controller.api.routes_agents import router as agents_router
 from fleetctl.controller.api.routes_canary import router as canary_router
 from fleetctl.controller.api.routes_classes import router as classes_router
 from fleetctl.controller.api.routes_deployments import router as deployments_router
+from fleetctl.controller.api.routes_drills import router as drills_router
 from fleetctl.controller.api.routes_gateways import router as gateways_router
 from fleetctl.controller.api.routes_metrics import router as metrics_router
 from fleetctl.controller.api.routes_nodes import router as nodes_router
@@ -25,7 +26,7 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router,
-           gateways_router, admin_router, metrics_router, rollouts_router, canary_router)
+           gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router)
 
 
 def create_app(settings: ControllerSettings | None = None, runtime: ControllerRuntime | None = None) -> FastAPI:

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from fleetctl.controller import flags, routing_generation, traffic, views
+from fleetctl.controller import drills, flags, routing_generation, traffic, views
 from fleetctl.controller.api.deps import Change, get_runtime, if_match, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
@@ -27,9 +27,12 @@ def traffic_list(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str,
 
 @router.get("/traffic/{model}", name="traffic.show", response_model=TrafficView, dependencies=read)
 def traffic_show(model: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
-    """The model's weights and, per revision, its ready engines and correctness fields."""
+    """The model's weights and, per revision, its ready engines and correctness fields; `drill`: a misroute
+    drill in effect, which gateways apply on top of the weights."""
     with runtime.store.session() as session:
-        return traffic.traffic_view(session, model)
+        drill = drills.misroute_of(session, model)
+        return {**traffic.traffic_view(session, model),
+                "drill": drills.drill_view(drill, runtime.clock()) if drill is not None else None}
 
 
 @router.put("/traffic/{model}", name="traffic.set", response_model=TrafficSetResult, responses={409: {"description": "refused by the split guard"}})
