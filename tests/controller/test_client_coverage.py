@@ -5,6 +5,8 @@ same methods, and each family of response models round-trips a real controller's
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import asyncio
 import functools
 import inspect
@@ -282,7 +284,9 @@ def test_rollouts_round_trip(checked: Checked) -> None:
 
 def test_canary_round_trip(checked: Checked) -> None:
     run_one_ready_engine(checked)
-    store = SimpleNamespace(runtime=checked.server.runtime, clock=Clock())  # what the probe executor stores
+    clock = Clock()
+    clock.now = datetime.now(timezone.utc)  # the server's runtime runs on the real clock (and prunes old probes)
+    store = SimpleNamespace(runtime=checked.server.runtime, clock=clock)  # what the probe executor stores
     reference = store_reference(store, "chat@r1")  # type: ignore[arg-type]
     add_probes(store, reference, "chat@r1", 12)  # type: ignore[arg-type]
     add_probes(store, reference, "chat@r1", 3, kind="production", diverged=True)  # type: ignore[arg-type]
