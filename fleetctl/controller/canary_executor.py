@@ -38,9 +38,10 @@ from sqlalchemy.orm import Session
 from fleetctl.canary.schedule import PlannedProbe, probe_tokens
 from fleetctl.canary.scoring import score_probe
 from fleetctl.canary.types import ConditionNoise, ProbeOutput, ProbeRecord, PromptReference, StreamKey, condition_for
-from fleetctl.controller.canary_refs import reference_for
+from fleetctl.controller.canary_refs import ChosenReference, reference_for
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import CanaryProbe
+from fleetctl.controller.rollout_observations import model_weights
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
         return _unscored(record, "the gateway did not say which class revision served it (x-fleet-served-by)")
     if planned.pin is not None and class_ref != planned.pin:
         return _unscored(record, f"pinned to {planned.pin} but served by {class_ref}")
-    chosen = reference_for(session, planned.model, class_ref)
+    chosen = scoring_reference(session, planned, class_ref)
     if chosen is None:
         return _unscored(record, f"model {planned.model!r} has no reference")
     reference = chosen.reference.prompts.get(planned.prompt_id)
@@ -113,6 +114,19 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
     score = score_probe(output, reference, prompt, chosen.mode, golden.tolerance, noise_at(reference, condition),
                         noise_margin=golden.noise_margin, distance_floor=golden.distance_floor)
     return record.model_copy(update={"reference_id": chosen.id, "score": score})
+
+
+def scoring_reference(session: Session, planned: PlannedProbe, served_by: str) -> ChosenReference | None:
+    """What a probe is held to. Pinned: the reference its revision is judged against (reference_for). On the
+    production path, a probe served by a revision that carries the model's traffic likewise; one served by a
+    revision with no traffic weight (a misroute) is held to the reference of the revision that should have
+    served it, the model's heaviest: the answer a user of the model should have got."""
+    if planned.kind == "production":
+        weights = model_weights(session, planned.model)
+        if weights and weights.get(served_by, 0.0) <= 0.0:
+            intended = max(sorted(weights), key=lambda ref: weights[ref])
+            return reference_for(session, planned.model, intended)
+    return reference_for(session, planned.model, served_by)
 
 
 def noise_at(reference: PromptReference, condition: int) -> ConditionNoise | None:
