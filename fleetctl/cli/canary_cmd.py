@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleetctl.cli import canary_record  # noqa: F401  (record, references, golden check)
 from fleetctl.cli.canary_app import app
 
 NAME = "canary"
