@@ -25,6 +25,7 @@ READ = {
     "status", "node list", "node show", "engine list", "engine show", "class get", "class list", "class history",
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history",
+    "canary references", "canary golden check",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
@@ -35,6 +36,7 @@ OTHER = {
     "node uncordon", "class apply", "token create", "up", "controller migrate",
     "controller serve", "agent serve", "engine serve", "gateway serve",
     "rollout pause", "rollout resume", "rollout watch",
+    "canary record",  # stores a golden set and a reference; serves nothing
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 
