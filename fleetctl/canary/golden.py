@@ -183,10 +183,8 @@ def check_against_class(golden: GoldenSet, spec: ReplicaClassSpec, served_model:
     """Refuse a set for another model than the class serves, and any prompt whose prompt tokens plus its
     max_tokens do not fit in the class's context window. `prompt_tokens`: prompt id -> tokens as the serving
     path counts them (chat template included)."""
+    check_model(golden, served_model, source=source)
     where = f"golden set {source or golden.name}"
-    if golden.model != served_model:
-        raise GoldenSetError(f"{where}: model: the set is for {golden.model!r}, the class serves {served_model!r}",
-                             field="model")
     for index, prompt in enumerate(golden.prompts):
         entry = _entry(prompt.model_dump(), index)
         tokens = prompt_tokens.get(prompt.id)
@@ -197,6 +195,13 @@ def check_against_class(golden: GoldenSet, spec: ReplicaClassSpec, served_model:
             raise GoldenSetError(
                 f"{where}: {entry}: {tokens} prompt tokens + max_tokens {prompt.sampling.max_tokens} = {total} "
                 f"exceed the class's context window of {spec.max_model_len}", field=f"prompts.{index}")
+
+
+def check_model(golden: GoldenSet, served_model: str, *, source: str | None = None) -> None:
+    """The model half of check_against_class, which needs no token counts (so it can come first)."""
+    if golden.model != served_model:
+        raise GoldenSetError(f"golden set {source or golden.name}: model: the set is for {golden.model!r}, the class "
+                             f"serves {served_model!r}", field="model")
 
 
 def golden_digest(golden: GoldenSet) -> str:

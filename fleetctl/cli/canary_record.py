@@ -23,7 +23,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from fleetctl.canary.golden import GoldenSetError, check_against_class, golden_digest, load_golden, shipped_golden
+from fleetctl.canary.golden import (
+    GoldenSetError, check_against_class, check_model, golden_digest, load_golden, shipped_golden,
+)
 from fleetctl.canary.probe_client import ProbeError, prompt_token_count, send_probe
 from fleetctl.canary.record import record_reference
 from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, GoldenSet, ProbeOutput, Reference
@@ -71,6 +73,7 @@ def record(
     api = client(ctx)
     revision = api.get_class(class_ref)  # NAME resolves to its latest revision
     spec, ref = ReplicaClassSpec.model_validate(revision.spec), revision.ref
+    check_model(golden_set, spec.model, source=path.name)  # before asking the gateway anything
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     counts = asyncio.run(_count_tokens(gateway, golden_set, ref, headers, path.name))
     check_against_class(golden_set, spec, spec.model, counts, source=path.name)
