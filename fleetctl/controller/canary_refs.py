@@ -25,11 +25,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from engine.contract.bounds import INT32_MAX
 from fleetctl.canary.golden import golden_digest
 from fleetctl.canary.types import CompareMode, GoldenSet, Reference
 from fleetctl.controller.models import CanaryReference, ClassRevision, GoldenSetRow
 from fleetctl.errors import Conflict, NotFound, ValidationFailed
 from fleetctl.replica_class import ReplicaClassSpec, correctness_digest
+
+MODEL_MAX = 200  # the model columns' length
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ def _choose(session: Session, rows: list[CanaryReference], class_ref: str) -> tu
 
 def put_golden_set(session: Session, golden: GoldenSet, actor: str, now: datetime) -> bool:
     """True when stored, False when the identical set is already there."""
+    _storable_version(golden.version, "version")
+    if len(golden.model) > MODEL_MAX:
+        raise ValidationFailed(f"model: longer than {MODEL_MAX} characters", field="model")
     digest = golden_digest(golden)
     row = session.get(GoldenSetRow, (golden.name, golden.version))
     if row is not None:
@@ -89,6 +95,7 @@ def put_golden_set(session: Session, golden: GoldenSet, actor: str, now: datetim
 def put_reference(session: Session, reference: Reference, actor: str, now: datetime) -> int:
     """The new reference's id. Stored only if it fits its class revision and its golden set. Who recorded it
     and when are the controller's: `actor` (the caller's token) and `now` (the recording ends with the upload)."""
+    _storable_version(reference.golden_version, "golden_version")
     revision = session.get(ClassRevision, reference.class_ref)
     if revision is None:
         raise NotFound(f"class_ref: no class revision {reference.class_ref!r}", field="class_ref")
@@ -148,6 +155,11 @@ def reference_summary(row: CanaryReference) -> dict[str, Any]:
             "recorded_at": row.recorded_at.isoformat(), "recorded_by": row.recorded_by,
             "prompts": len(reference.prompts), "noise": dict(sorted(noise.items())),
             "expected_passed": sum(outcomes), "expected_failed": len(outcomes) - sum(outcomes)}
+
+
+def _storable_version(version: int, field: str) -> None:
+    if version > INT32_MAX:  # an Integer column
+        raise ValidationFailed(f"{field}: must be at most {INT32_MAX}", field=field)
 
 
 def _stored_golden(session: Session, reference: Reference) -> GoldenSet:

@@ -84,6 +84,8 @@ def test_a_bad_golden_set_is_a_422_naming_the_entry_and_nothing_is_stored(api: A
     assert error["field"] == "prompts.1.messages"
     assert error["message"] == "golden set tiny: prompts[1] (id 'chat-capital'): messages and prompt are exclusive"
     assert post_golden(api, golden_body(prompts=[])).json()["error"]["field"] == "prompts"
+    assert post_golden(api, golden_body(version=2**31)).json()["error"]["field"] == "version"
+    assert post_golden(api, golden_body(model="m" * 201)).json()["error"]["field"] == "model"
     assert post_golden(api, golden_body(), role="viewer").status_code == 403
     assert stored(api, GoldenSetRow) == 0
 
