@@ -33,6 +33,7 @@ from fleetctl.controller.responses import (
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
     TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
 )
+from fleetctl.controller.responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
 from fleetctl.controller.rollout.view import RolloutEventView, RolloutView
 from fleetctl.errors import FleetError, Unavailable, error_from_body
 from fleetctl.httpwire import KEEPALIVE_EXPIRY_S  # below uvicorn's 5 s keep-alive (httpx's default is 5 s)
@@ -346,6 +347,27 @@ class ControllerCalls:
     def stop_all_drills(reason: str | None = None) -> Request:
         """End every drill in effect."""
         return Request(reason=reason)
+
+    # the quality canary: golden sets and references
+    @endpoint("POST", "/api/v1/canary/golden-sets", GoldenSetStored)
+    def put_golden_set(golden_set: dict[str, Any], reason: str | None = None) -> Request:
+        """Store a golden set (as its file holds it); `result` is "unchanged" for the identical set. A bad set
+        is a ValidationFailed naming the entry; other content under a stored version a Conflict naming `version`."""
+        return Request(json={"golden_set": golden_set}, reason=reason)
+
+    @endpoint("GET", "/api/v1/canary/golden-sets", list[GoldenSetSummary])
+    def list_golden_sets() -> Request:
+        return Request()
+
+    @endpoint("POST", "/api/v1/canary/references", ReferenceSummary)
+    def put_reference(reference: dict[str, Any], reason: str | None = None) -> Request:
+        """Store a recorded reference (canary.types.Reference as JSON); its golden set must be stored first."""
+        return Request(json={"reference": reference}, reason=reason)
+
+    @endpoint("GET", "/api/v1/canary/references", list[ReferenceSummary])
+    def list_references(model: str | None = None) -> Request:
+        """Oldest first; summaries (prompts, noise per batch condition, expected answers), not the bodies."""
+        return Request(params=_params(model=model))
 
     # audit and tokens
     @endpoint("GET", "/api/v1/audit", list[AuditEventView])

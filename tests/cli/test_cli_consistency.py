@@ -26,6 +26,7 @@ READ = {
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
+    "canary references", "canary golden check",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
@@ -38,6 +39,7 @@ OTHER = {
     "controller serve", "agent serve", "engine serve", "gateway serve",
     "rollout pause", "rollout resume", "rollout watch",
     "drill stop",  # restores traffic and engines as they were before the drill
+    "canary record",  # stores a golden set and a reference; serves nothing
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 

@@ -24,18 +24,22 @@ from canary_store_helpers import add_probes, store_reference
 from ctl_helpers import SPEC, Clock
 from pydantic import TypeAdapter
 
+from fleetctl.canary.golden import load_golden, shipped_golden
+from fleetctl.canary.types import ConditionNoise, PromptReference, Reference
 from fleetctl.client import AsyncControllerClient, ControllerCalls, ControllerClient, Endpoint
 from fleetctl.controller.api.app import create_app
 from fleetctl.controller.server import ServerThread
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.testing import role_tokens
+from fleetctl.replica_class import ReplicaClassSpec, correctness_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
-            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"}}
+            "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"},
+            "canary_refs": {"canary-refs"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -321,6 +325,23 @@ def test_drills_round_trip(checked: Checked) -> None:
     stopped = checked("operator", "stop_all_drills")
     assert [d.id for d in stopped.stopped] == [planted.id]
     checked.assert_covered("drills")
+
+
+def test_canary_golden_sets_and_references_round_trip(checked: Checked) -> None:
+    golden = load_golden(shipped_golden("smollm2"))
+    assert checked("operator", "put_golden_set", golden.model_dump(mode="json"), reason="test").result == "changed"
+    assert [g.prompts for g in checked("viewer", "list_golden_sets")] == [len(golden.prompts)]
+    checked("operator", "apply_class", "chat", SPEC)
+    prompts = {p.id: PromptReference(prompt_id=p.id, tokens=[1], text="x", top_logprobs=[[(1, -0.5)]],
+                                     expected_pass=None, noise={1: ConditionNoise(runs=3, diverged=0)})
+               for p in golden.prompts}
+    reference = Reference(golden_set=golden.name, golden_version=golden.version, model=golden.model, class_ref="chat@r1",
+                          correctness_digest=correctness_digest(ReplicaClassSpec.model_validate(SPEC)),
+                          recorded_at="2026-01-01T00:00:00Z", recorded_by="test", prompts=prompts)
+    stored = checked("operator", "put_reference", reference.model_dump(mode="json"))
+    assert (stored.class_ref, stored.noise[1].runs) == ("chat@r1", 3 * len(golden.prompts))
+    assert [r.id for r in checked("viewer", "list_references", model=golden.model)] == [stored.id]
+    checked.assert_covered("canary_refs")
 
 
 async def test_the_async_client_returns_the_same_models(checked: Checked) -> None:
