@@ -158,7 +158,7 @@ def parse_answer(prompt: GoldenPrompt, response: httpx.Response, *, fillers: int
         usage = body.get("usage") or {}
         class_ref, engine = served_by(response.headers.get(SERVED_BY_HEADER))
         return ProbeOutput(
-            prompt_id=prompt.id, tokens=tokens, text=text, top_logprobs=top, batch_size=batch_size_max(body),
+            prompt_id=prompt.id, tokens=tokens, text=storable(text), top_logprobs=top, batch_size=batch_size_max(body),
             fillers=fillers, class_ref=class_ref, engine=engine, prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or len(tokens)), latency_s=latency_s)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -280,3 +280,9 @@ def _carries_token(line: str) -> bool:
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
     return bool(choice.get("text") or delta.get("content") or choice.get("finish_reason"))
+
+
+def storable(text: str) -> str:
+    """The answer text with NUL characters replaced (U+FFFD): a store refuses them, and a model with random
+    weights emits them. The token ids, not the text, are what a probe is compared by."""
+    return text.replace("\x00", "\ufffd")
