@@ -24,6 +24,11 @@ FAULTS: dict[str, str] = {
 # it like any other but leaves it out of user-facing metrics and the per-class counters rollouts gate on.
 PROBE_HEADER = "x-fleet-probe"
 
+# A probe (only a request marked with PROBE_HEADER) may also name the engine it must be served by: the canary
+# walks a class's engines in turn, since prefix-cache locality would otherwise send a golden prompt to the
+# same engine every time and a planted fault on another engine would go unseen.
+PIN_ENGINE_HEADER = "x-fleet-pin-engine"
+
 # The reference engine adds {"fleet": {"batch_size_min": N, "batch_size_max": N}} to a non-streamed
 # response: the smallest and largest running batch among the engine steps that computed its tokens.
 RESPONSE_EXTENSION = "fleet"

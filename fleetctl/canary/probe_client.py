@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import httpx
 
-from engine.contract.faults import PROBE_HEADER, RESPONSE_EXTENSION
+from engine.contract.faults import PIN_ENGINE_HEADER, PROBE_HEADER, RESPONSE_EXTENSION
 from fleetctl.canary.types import GoldenPrompt, ProbeKind, ProbeOutput, TopLogprobs
 from fleetctl.errors import FleetError
 
@@ -61,11 +61,12 @@ class ProbeError(FleetError):
 
 
 async def send_probe(client: httpx.AsyncClient, gateway_url: str, model: str, prompt: GoldenPrompt, *,
-                     kind: ProbeKind, pin: str | None = None, fillers: int = 0,
+                     kind: ProbeKind, pin: str | None = None, engine: str | None = None, fillers: int = 0,
                      headers: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> ProbeOutput:
+    """`engine` (with `pin`): the probe and its fillers must be served by that engine of the revision."""
     url = gateway_url.rstrip("/") + endpoint_path(prompt)
-    base = {**(headers or {}), **({PIN_HEADER: pin} if pin else {})}
-    what = f"{kind} probe {prompt.id!r}" + (f" pinned to {pin}" if pin else "")
+    base = {**(headers or {}), **({PIN_HEADER: pin} if pin else {}), **({PIN_ENGINE_HEADER: engine} if engine else {})}
+    what = f"{kind} probe {prompt.id!r}" + (f" pinned to {pin}" if pin else "") + (f" on {engine}" if engine else "")
     try:
         async with asyncio.timeout(timeout_s):
             async with _fillers_running(client, url, model, prompt, fillers, base, what):

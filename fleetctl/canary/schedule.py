@@ -51,6 +51,7 @@ class ModelTargets:
     model: str
     revisions: Mapping[str, tuple[PromptSlot, ...]]
     production: tuple[PromptSlot, ...] = ()
+    engines: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # revision -> its ready engines, sorted
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class PlannedProbe:
     fillers: int  # concurrent filler requests: the stream's batch condition - 1
     prompt: GoldenPrompt
     expected_tokens: int  # what it should cost, fillers included (an upper bound)
+    engine: str | None = None  # pinned: the engine of the revision it must be served by (x-fleet-pin-engine)
 
     @property
     def prompt_id(self) -> str:
@@ -237,7 +239,20 @@ def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
     slot = stream.prompts[index % len(stream.prompts)]
     key = stream.key
     return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, fillers=stream.fillers,
-                        prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers))
+                        prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers),
+                        engine=pinned_engine(snapshot, key, index))
+
+
+def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int) -> str | None:
+    """A pinned probe walks its revision's engines with its prompts (the i-th prompt of the rotation goes to
+    engine i mod n): prefix-cache locality would otherwise send a golden prompt to the engine that has it
+    cached every time, and a fault on another engine of the class would go unseen. None on the production
+    path (routed as users are) or when the engines are not known."""
+    if key.kind != "pinned" or key.class_ref is None:
+        return None
+    target = next((m for m in snapshot.models if m.model == key.model), None)
+    engines = target.engines.get(key.class_ref, ()) if target is not None else ()
+    return engines[index % len(engines)] if engines else None
 
 
 def _order_key(key: StreamKey) -> tuple[str, str, str, int]:

@@ -267,7 +267,7 @@ class ProbeExecutor:
                 assert self._client is not None
                 output = await asyncio.wait_for(
                     self.send(self._client, gateway_url, planned.model, planned.prompt, kind=planned.kind,
-                              pin=planned.pin, fillers=planned.fillers, headers=self.headers,
+                              pin=planned.pin, engine=planned.engine, fillers=planned.fillers, headers=self.headers,
                               timeout_s=self.timeout_s),
                     self.timeout_s + TIMEOUT_GRACE_S)
             except asyncio.CancelledError:

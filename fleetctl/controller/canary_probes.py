@@ -63,7 +63,7 @@ from fleetctl.controller.metrics import ControllerMetrics
 from fleetctl.controller.models import CanaryProbe, CanaryReference, Deployment, FeatureFlag, Gateway, GoldenSetRow
 from fleetctl.controller.reconcile.protocol import Result
 from fleetctl.controller.settings import ControllerSettings
-from fleetctl.controller.traffic import ready_engines_by_role
+from fleetctl.controller.traffic import ready_engine_rows, ready_engines_by_role
 
 CANARY_PROBES = "canary_probes"  # the reconciler's name
 # The feature flag that turns probes off. Flag names in the API are DNS-label-like ('-', no '_'), so the
@@ -178,7 +178,7 @@ class CanaryProbeReconciler:
         revisions = {ref: _slots(model, self._reference_prompts(session, model, ref, newest[0]), observed_tokens)
                      for ref in refs}
         production = _slots(model, golden_prompts(session, newest[1], newest[2]), observed_tokens)
-        return ModelTargets(model, revisions, production)
+        return ModelTargets(model, revisions, production, ready_engine_names(session, refs))
 
     def _reference_prompts(self, session: Session, model: str, ref: str, newest_id: int) -> tuple[GoldenPrompt, ...] | None:
         """The golden prompts of the reference `ref` is judged against; cached until the model gets a new
@@ -263,6 +263,14 @@ def live_revisions(session: Session) -> dict[str, list[str]]:
         if ref in live:
             result.setdefault(model, []).append(ref)
     return result
+
+
+def ready_engine_names(session: Session, refs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """class revision -> the names of its ready engines (as traffic counts them), sorted."""
+    names: dict[str, list[str]] = {}
+    for _node, name, ref, _role in ready_engine_rows(session, refs):
+        names.setdefault(ref, []).append(name)
+    return {ref: tuple(sorted(found)) for ref, found in names.items()}
 
 
 def newest_reference(session: Session, model: str) -> tuple[int, str, int] | None:

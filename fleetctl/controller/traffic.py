@@ -98,15 +98,20 @@ def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
     return dict(counts)
 
 
-def ready_engines_by_role(session: Session, refs: Iterable[str]) -> dict[tuple[str, str], int]:
-    """Ready engines (as `ready_engines` counts them) per (class revision, role)."""
+def ready_engine_rows(session: Session, refs: Iterable[str]) -> list[tuple[str, str, str, str]]:
+    """(node, engine, class revision, role) of every ready, undrained engine of `refs` on an up node."""
     drained = set(session.execute(select(Assignment.node, Assignment.name).where(Assignment.drain.is_(True))).tuples())
     rows = session.execute(
         select(Engine.node, Engine.name, Engine.class_ref, Engine.role)
         .join(Node, Node.name == Engine.node)
         .where(Engine.state == READY, Node.state == UP, Engine.class_ref.in_(list(refs)))
     ).tuples()
-    return dict(Counter((ref, role) for node, name, ref, role in rows if (node, name) not in drained))
+    return [(node, name, ref, role) for node, name, ref, role in rows if (node, name) not in drained]
+
+
+def ready_engines_by_role(session: Session, refs: Iterable[str]) -> dict[tuple[str, str], int]:
+    """Ready engines (as `ready_engines` counts them) per (class revision, role)."""
+    return dict(Counter((ref, role) for _node, _name, ref, role in ready_engine_rows(session, refs)))
 
 
 def list_traffic(session: Session) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
+from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.gateway.class_choice import PIN_HEADER
 from fleetctl.gateway.dispatch import Dispatcher, RequestContext, Sent, StreamStart
 from fleetctl.gateway.errors import GatewayError, NoRoute, TooManyRequests, UpstreamFailed
@@ -92,7 +93,8 @@ class FrontDoor:
         ctx.model = self.service.model_label(request)
         ctx.session_id = http.headers.get(SESSION_HEADER) or None
         pin = http.headers.get(PIN_HEADER) or None
-        prepared = await self.service.prepare(request, pin, ctx.session_id)
+        pin_engine = (http.headers.get(PIN_ENGINE_HEADER) or None) if ctx.probe is not None else None
+        prepared = await self.service.prepare(request, pin, ctx.session_id, pin_engine)
         ctx.model, ctx.class_ref = prepared.model, prepared.class_ref
         self._count_fallback(prepared)
         self._require_engines(prepared)

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 import httpx
 
+from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
-from fleetctl.gateway.errors import BadRequest, ModelNotFound, NoRoute
+from fleetctl.gateway.errors import BadRequest, InvalidRoute, ModelNotFound, NoRoute
 from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixIndex
@@ -213,7 +214,10 @@ class GatewayService:
 
     # --- the decision for one request ---
 
-    async def prepare(self, request: ClientRequest, pin: str | None, session_id: str | None) -> Prepared:
+    async def prepare(self, request: ClientRequest, pin: str | None, session_id: str | None,
+                      pin_engine: str | None = None) -> Prepared:
+        """The route for one request. `pin_engine` (a canary probe's x-fleet-pin-engine) narrows the chosen
+        class's engines to that one."""
         table = self.require_table()
         model = resolve_model(request, table.models)
         model_route = table.models.get(model)
@@ -224,6 +228,8 @@ class GatewayService:
         if spec is None:
             raise NoRoute(f"class {class_ref} of model {model} has no spec in the routing table")
         routes = {e.name: e for e in table.engines_of(model) if e.class_ref == class_ref}
+        if pin_engine is not None:
+            routes = pinned_engine(routes, pin_engine, class_ref)
         prompt_ids = await self._tokenise(request, model, spec, routes)
         max_tokens = self._check_fits(request, prompt_ids, spec, class_ref)
         hashes = prompt_block_hashes(prompt_ids, self._block_size(routes, spec), self.settings.hash_seed)
@@ -281,3 +287,9 @@ class GatewayService:
         missing = [name for name in prepared.routes if name not in self.engines]
         parts += [f"{name}: not ready" for name in missing]
         return "; ".join(parts) or "the class has no engine"
+
+
+def pinned_engine(routes: dict[str, EngineRoute], engine: str, class_ref: str) -> dict[str, EngineRoute]:
+    if engine not in routes:
+        raise InvalidRoute(f"pinned engine {engine!r} does not serve class {class_ref}", param=PIN_ENGINE_HEADER)
+    return {engine: routes[engine]}

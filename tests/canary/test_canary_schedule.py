@@ -174,3 +174,21 @@ def test_prompt_token_estimates() -> None:
 def test_plan_is_deterministic() -> None:
     snapshot = snap({A: PROMPTS, B: PROMPTS}, streams={PROD: ago(30), pinned(B, 4): ago(70)})
     assert plan(snapshot, PARAMS) == plan(snapshot, PARAMS)
+
+
+def test_pinned_probes_walk_the_revisions_engines_and_the_production_path_pins_none() -> None:
+    targets = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1", "e2")})
+    base = ScheduleSnapshot(now=NOW, enabled=True, models=(targets,), busy_capacity=1e9)
+    seen = []
+    for index in range(4):
+        history = {key: ago(1e6, index) for key in (PROD, pinned(A, 1), pinned(A, 4))}
+        planned = {p.stream: p for p in plan(ScheduleSnapshot(**{**base.__dict__, "streams": history}), PARAMS)}
+        assert planned[PROD].engine is None
+        seen.append(planned[pinned(A, 1)].engine)
+        assert planned[pinned(A, 4)].engine == planned[pinned(A, 1)].engine  # fillers go with the probe
+    assert seen == ["e1", "e2", "e1", "e2"]
+
+
+def test_a_revision_whose_engines_are_not_known_is_pinned_to_none() -> None:
+    (probe,) = [p for p in plan(snap(), PARAMS) if p.stream == pinned(A, 1)]
+    assert probe.engine is None

@@ -58,9 +58,10 @@ class NetworkStandIn:
         self.no_served_by = False
 
     async def __call__(self, client: Any, gateway_url: str, model: str, prompt: GoldenPrompt, *, kind: str,
-                       pin: str | None = None, fillers: int = 0, headers: Any = None, timeout_s: float = 60.0) -> ProbeOutput:
+                       pin: str | None = None, engine: str | None = None, fillers: int = 0, headers: Any = None,
+                       timeout_s: float = 60.0) -> ProbeOutput:
         self.calls.append({"gateway": gateway_url, "model": model, "prompt": prompt.id, "kind": kind, "pin": pin,
-                           "fillers": fillers, "headers": dict(headers or {})})
+                           "engine": engine, "fillers": fillers, "headers": dict(headers or {})})
         if self.hold is not None:
             await self.hold.wait()
         if self.fail is not None:
@@ -69,7 +70,7 @@ class NetworkStandIn:
         tokens = [t + 100 for t in TOKENS[prompt.id]] if served in self.wrong else TOKENS[prompt.id]
         return ProbeOutput(prompt_id=prompt.id, tokens=tokens, text="x", top_logprobs=[[(t, 0.0)] for t in tokens],
                            batch_size=fillers + 1, fillers=fillers, class_ref=None if self.no_served_by else served,
-                           engine="chat-0", prompt_tokens=7, completion_tokens=len(tokens))
+                           engine=engine or "chat-0", prompt_tokens=7, completion_tokens=len(tokens))
 
 
 def store_reference(api: Api, class_ref: str = R1) -> int:
