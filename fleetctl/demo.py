@@ -1,6 +1,7 @@
 """`make demo` (`python -m fleetctl.demo`): a local fleet serving SmolLM2, a few chat requests, the fleet's
 status, two rollouts under live requests (one completes; one to engines made slow is aborted by its
-latency gate: fleetctl/demo_rollout.py), then `fleetctl down` (unless --keep).
+latency gate: fleetctl/demo_rollout.py), the quality canary catching a 15% misroute drill to a long-context
+build (fleetctl/demo_canary.py), then `fleetctl down` (unless --keep).
 
 The demo's fleet lives in its own state dir (`demo_state_dir()`), started afresh on every run: a fleet kept
 by an earlier `--keep` is stopped with `fleetctl down` first and its state removed, so the rollouts always
@@ -28,6 +29,7 @@ from agent.ports import port_is_free
 from engine.contract import REFERENCE_MODELS
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
+from fleetctl.demo_canary import PROBE_ENV, run_canary
 from fleetctl.demo_rollout import run_rollouts
 from fleetctl.localfleet.fleet import FLEET_FILE
 from fleetctl.localfleet.processes import child_env, fleetctl_argv
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         _run(["status"], env)
         if args.rollouts:
             ok = run_rollouts(fleet, env, Path(fleet["state_dir"]) / "files")
+        if args.canary:
+            ok = run_canary(fleet, env, Path(fleet["state_dir"]) / "files") and ok
     finally:
         if args.keep:
             print(f"\nthe fleet keeps running; stop it with: fleetctl down --state-dir {fleet['state_dir']}")
@@ -71,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", choices=REFERENCE_MODELS, default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
     parser.add_argument("--no-rollouts", dest="rollouts", action="store_false", help="skip the two rollouts")
+    parser.add_argument("--no-canary", dest="canary", action="store_false", help="skip the quality canary and its drill")
     return parser
 
 
@@ -89,7 +94,7 @@ def _up(args: argparse.Namespace) -> dict[str, Any] | None:
                "--gateway-port", gateway_port,
                "--state-dir", str(demo_state_dir()), "-o", "json"]
     print(f"$ fleetctl {' '.join(command)}", flush=True)
-    result = subprocess.run(fleetctl_argv(*command), stdout=subprocess.PIPE, text=True, env=child_env({}))
+    result = subprocess.run(fleetctl_argv(*command), stdout=subprocess.PIPE, text=True, env=child_env(PROBE_ENV))
     if result.returncode != 0:
         print(f"fleetctl up failed (exit {result.returncode}); see the messages above", file=sys.stderr)
         return None

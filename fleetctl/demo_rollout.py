@@ -105,27 +105,27 @@ def run_rollouts(fleet: dict[str, Any], env: dict[str, str], work_dir: Path) -> 
     """Both rollouts; True when the first completed and the second was aborted by its gate."""
     work_dir.mkdir(parents=True, exist_ok=True)
     model, class_ref = fleet["served_model"], fleet["class_ref"]
-    name, spec_a = class_ref.split("@")[0], _class_spec(class_ref, env)
+    name, spec_a = class_ref.split("@")[0], class_spec(class_ref, env)
     with LiveRequests(fleet["gateway_url"], model) as live:
         print(f"\n--- rollout 1: {class_ref} -> twice the batch limit, under live requests ---")
         spec_b = {**spec_a, "max_num_seqs": 2 * int(spec_a.get("max_num_seqs", 64))}
-        ref_b = _apply_class(work_dir / "class-batch.yaml", name, spec_b, env)
-        _run(["rollout", "start", model, "--to", ref_b, "--steps", "50,100", "--pause", "10s",
+        ref_b = apply_class(work_dir / "class-batch.yaml", name, spec_b, env)
+        run(["rollout", "start", model, "--to", ref_b, "--steps", "50,100", "--pause", "10s",
               "--reason", "demo: larger batch limit"], env)
-        completed = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT], env) == 0
+        completed = run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT], env) == 0
         print(live.summary())
 
         print(f"\n--- rollout 2: {ref_b} -> engines made slow ({SLOW_STEP_MS} ms per step), gated on latency ---")
         spec_c = {**spec_b, "engine_args": {**spec_b.get("engine_args", {}), "debug-step-delay-ms": SLOW_STEP_MS}}
-        ref_c = _apply_class(work_dir / "class-slow.yaml", name, spec_c, env)
+        ref_c = apply_class(work_dir / "class-slow.yaml", name, spec_c, env)
         spec_file = _write_yaml(work_dir / "rollout-slow.yaml", slow_rollout_spec(model, ref_c))
         print(f"\n# {spec_file}\n{spec_file.read_text()}", end="")
-        _run(["rollout", "start", "-f", str(spec_file), "--reason", "demo: a slow revision"], env)
+        run(["rollout", "start", "-f", str(spec_file), "--reason", "demo: a slow revision"], env)
         # --exit-on-pause: a gate that cannot decide says so at once instead of waiting out the timeout
-        aborted = _run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT, "--exit-on-pause"], env) == 8
+        aborted = run(["rollout", "watch", model, "--timeout", WATCH_TIMEOUT, "--exit-on-pause"], env) == 8
         print("the gate aborted the rollout (watch exit 8)" if aborted else "the rollout was NOT aborted")
         print(live.summary())
-    _run(["traffic", "get", model], env)
+    run(["traffic", "get", model], env)
     return completed and aborted
 
 
@@ -141,13 +141,13 @@ def slow_rollout_spec(model: str, to: str) -> dict[str, Any]:
             "templates": {"latency": latency}}
 
 
-def _class_spec(ref: str, env: dict[str, str]) -> dict[str, Any]:
+def class_spec(ref: str, env: dict[str, str]) -> dict[str, Any]:
     result = subprocess.run(fleetctl_argv("class", "get", ref, "-o", "json"), stdout=subprocess.PIPE, text=True,
                             env=child_env(env), check=True)
     return json.loads(result.stdout)["spec"]
 
 
-def _apply_class(path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> str:
+def apply_class(path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> str:
     """`fleetctl class apply -f FILE`; the new revision's NAME@rN."""
     _write_yaml(path, {"name": name, "spec": spec})
     command = ["class", "apply", "-f", str(path), "--reason", "demo", "-o", "json"]
@@ -161,6 +161,6 @@ def _write_yaml(path: Path, document: dict[str, Any]) -> Path:
     return path
 
 
-def _run(command: list[str], env: dict[str, str]) -> int:
+def run(command: list[str], env: dict[str, str]) -> int:
     print(f"\n$ fleetctl {' '.join(command)}", flush=True)
     return subprocess.run(fleetctl_argv(*command), env=child_env(env), check=False).returncode

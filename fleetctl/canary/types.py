@@ -32,6 +32,7 @@ CompareMode = Literal["exact", "tolerance"]  # exact: the reference came from a 
 # correctness fields, so greedy tokens must match up to the class's own noise; tolerance: it came from a
 # correctness-different class (a long-context build), held to the golden set's tolerance instead
 VERDICTS: tuple[Verdict, ...] = ("healthy", "drifting", "failing", "not_measured")
+PROBES_FLAG = "canary-probes"  # the kill switch: no probe is sent while this feature flag is false
 
 
 def condition_for(batch_size: int | None) -> int:
@@ -266,5 +267,5 @@ class StreamVerdict(BaseModel):
     verdict: Verdict
     since: datetime | None
     evidence: Evidence | None = None
-    blamed: str | None = Field(default=None, description="production stream: the class revision (and engine) "
-                               "that served most of the bad answers")
+    blamed: str | None = Field(default=None, description="while alarmed: the class revision (and engine) "
+                               "that served most of the bad answers ('class_ref engine' when one engine did)")

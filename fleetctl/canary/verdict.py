@@ -198,10 +198,11 @@ def blamed_class(blamed: str | None) -> str | None:
 def stream_verdict(key: StreamKey, state: StreamState, designs: StreamDesigns | None,
                    probes: Iterable[ProbeRecord]) -> StreamVerdict:
     """What the API serves of one stream. Without designs (no reference to judge it against) there is no
-    evidence; the production stream names the class it blames while it is alarmed."""
+    evidence. While alarmed, a stream names what it blames: the production stream the class (and engine)
+    serving the bad answers; a pinned stream the engine of its class, when one engine served most of them."""
     window = list(probes)
     blamed = None
-    if key.kind == "production" and state.verdict in ALARMS:
+    if state.verdict in ALARMS:
         blamed = blame(window, state.p0 or 0.0)
     return StreamVerdict(
         model=key.model, kind=key.kind, class_ref=key.class_ref, condition=key.condition, verdict=state.verdict,

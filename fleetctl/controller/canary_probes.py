@@ -53,7 +53,7 @@ from fleetctl.canary.schedule import (
     probe_tokens,
     seconds_to_next_due,
 )
-from fleetctl.canary.types import GoldenPrompt, GoldenSet, StreamKey
+from fleetctl.canary.types import PROBES_FLAG, GoldenPrompt, GoldenSet, StreamKey
 from fleetctl.controller.canary_capacity import ServedCapacity, read_engines
 from fleetctl.controller.canary_executor import CanaryProbeMetrics, ProbeExecutor, SendProbe, fillers_of
 from fleetctl.controller.canary_refs import reference_for
@@ -66,9 +66,9 @@ from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.traffic import ready_engine_rows, ready_engines_by_role
 
 CANARY_PROBES = "canary_probes"  # the reconciler's name
-# The feature flag that turns probes off. Flag names in the API are DNS-label-like ('-', no '_'), so the
-# spelling operators can set is canary-probes; canary_probes (written to the store directly) counts too.
-PROBES_FLAG = "canary-probes"
+# The feature flag that turns probes off (types.PROBES_FLAG). Flag names in the API are DNS-label-like ('-',
+# no '_'), so the spelling operators can set is canary-probes; canary_probes (written to the store directly)
+# counts too.
 PROBES_FLAG_NAMES = (PROBES_FLAG, "canary_probes")
 FLAG_OFF_WORDS = ("false", "off", "no", "0", "")
 MAX_REQUEUE_S = 10.0

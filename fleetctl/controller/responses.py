@@ -338,8 +338,8 @@ class CanaryStreamView(ResponseModel):
     batch: str = Field(description="'b1', 'b4', ... or 'mixed'")
     verdict: Verdict = Field(description="healthy | drifting | failing | not_measured")
     since: str | None = Field(description="when the verdict last changed")
-    blamed: str | None = Field(description="production stream while alarmed: the class revision (and engine) "
-                               "serving most of the bad answers")
+    blamed: str | None = Field(description="while alarmed: the class revision (and engine) serving most of "
+                               "the bad answers ('class_ref engine' when one engine did)")
     evidence: Evidence | None = Field(description="the tests' statistics against their thresholds and the window's "
                                       "bad probes; None when there is no reference to judge by")
 

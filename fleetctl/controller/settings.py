@@ -29,6 +29,12 @@ ENV_VARS = {
     "bootstrap_token": "FLEET_BOOTSTRAP_TOKEN",
     "canary_probe_api_key": "FLEET_CANARY_PROBE_API_KEY",
 }
+# Every canary setting may come from the environment too (FLEET_CANARY_PRODUCTION_INTERVAL_S, ...): `fleetctl up`
+# passes its environment on to the controller, which is how the demo compresses the probe intervals.
+ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
+    "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
+    "canary_floor_interval_s", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
+    "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url")})
 
 
 class ControllerSettings(BaseModel):

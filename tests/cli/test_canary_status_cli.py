@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +26,9 @@ def probed(fleet: Fleet) -> Fleet:
     with fleet.client("operator") as api:
         api.apply_class("chat", SPEC)
         api.set_deployment("chat", R1, 1)
-    store = SimpleNamespace(runtime=fleet.server.runtime, clock=Clock())
+    clock = Clock()
+    clock.now = datetime.now(timezone.utc)  # the server runs on the real clock (and prunes probes a week old)
+    store = SimpleNamespace(runtime=fleet.server.runtime, clock=clock)
     ref = store_reference(store, R1)  # type: ignore[arg-type]
     add_probes(store, ref, R1, 10)  # type: ignore[arg-type]
     add_probes(store, ref, R1, 6, diverged=True)  # type: ignore[arg-type]
@@ -61,3 +64,16 @@ def test_an_unknown_class_is_one_error_line(probed: Fleet) -> None:
     result = probed.run("canary", "show", "nope@r3")
     assert result.exit_code == ExitCode.NOT_FOUND, result.output
     assert "nope@r3" in one_error_line(result)
+
+
+def test_probes_off_and_on_flip_the_kill_switch(fleet: Fleet) -> None:
+    off = ok(fleet.run("canary", "probes", "off", "--reason", "test"))
+    assert "canary probes off" in off.stderr
+    with fleet.client("viewer") as api:
+        assert api.list_flags()["canary-probes"].value is False
+    assert "(already)" in ok(fleet.run("canary", "probes", "off")).stderr
+    ok(fleet.run("canary", "probes", "on"))
+    with fleet.client("viewer") as api:
+        assert api.list_flags()["canary-probes"].value is True
+    refused = fleet.run("canary", "probes", "maybe")
+    assert refused.exit_code != 0

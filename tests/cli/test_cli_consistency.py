@@ -40,6 +40,7 @@ OTHER = {
     "rollout pause", "rollout resume", "rollout watch",
     "drill stop",  # restores traffic and engines as they were before the drill
     "canary record",  # stores a golden set and a reference; serves nothing
+    "canary probes",  # turns the canary's probes on or off
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 

@@ -202,6 +202,28 @@ def test_a_zero_weight_revision_is_probed_and_production_probes_name_the_class_t
     assert all(not r["score"]["diverged"] for r in rows if r["class_ref"] == R1)
 
 
+def test_a_misrouted_production_probe_is_held_to_the_heaviest_revisions_reference(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    """R2 differs from R1 in a correctness field and has no reference of its own: pinned, it is judged with
+    the tolerance against R1's reference; a production probe it served without traffic weight (a misroute)
+    is held to R1's reference exactly, as the answer the model's user should have got."""
+    api, stand_in = fleet
+    agent = served_by_r1(api, rope_scaling=4.0)
+    deploy(api, "chat-r2", R2, 1)
+    api.reconcile()
+    agent.settle()
+    reference_id = store_reference(api)
+    report_gateway(api)
+    stand_in.serves_production = R2
+    stand_in.wrong = {R2}
+    rows = probe_round(api)
+    (production,) = [r for r in rows if r["kind"] == "production"]
+    assert (production["class_ref"], production["reference_id"]) == (R2, reference_id)
+    assert (production["score"]["mode"], production["score"]["diverged"]) == ("exact", True)
+    r2_pinned = [r for r in rows if r["kind"] == "pinned" and r["class_ref"] == R2]
+    assert r2_pinned and all(r["score"]["mode"] == "tolerance" for r in r2_pinned)
+
+
 def test_nothing_is_probed_without_a_reference_or_without_a_gateway(fleet: tuple[Api, NetworkStandIn]) -> None:
     api, stand_in = fleet
     agent = served_by_r1(api)

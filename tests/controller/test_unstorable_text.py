@@ -39,6 +39,10 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/drills/plant", {"engine": "chat-0", "fault": "{bad}"}, "operator", "fault"),
     ("POST", "/api/v1/drills/1/stop", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/drills/stop", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/canary/golden-sets", {"golden_set": {"name": "g", "version": 1, "model": "smollm2-135m",
+                                                           "prompts": [{"id": "p", "prompt": "{bad}"}]}},
+     "operator", "golden_set.prompts.0.prompt"),
+    ("POST", "/api/v1/canary/references", {"reference": {"golden_set": "{bad}"}}, "operator", "reference.golden_set"),
 ]
 
 

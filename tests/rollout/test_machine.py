@@ -276,3 +276,26 @@ def test_an_analysis_whose_metrics_never_run_in_a_step_is_recorded_and_passed() 
     assert state.phase == COMPLETED
     outcome = records(actions, "analysis")
     assert len(outcome) == 1 and outcome[0].step == 0 and "count 0" in outcome[0].message
+
+
+def test_without_a_quality_metric_a_canary_alarm_on_b_aborts_the_rollout() -> None:
+    spec = make_spec([{"scale": {}}, {"setWeight": 20}, {"pause": {}}])
+    world = World()
+    state, _ = drive(spec, world, until=lambda s: s.phase == PAUSED)
+    world.quality = {B: "pass"}
+    state, _ = drive(spec, world, state, ticks=3)
+    assert state.phase == PAUSED  # a healthy verdict changes nothing
+    world.quality = {B: "fail"}
+    state, actions = drive(spec, world, state, until=lambda s: s.phase == ABORTED)
+    assert "quality canary" in (state.abort_reason or "")
+    assert weights_of(actions)[0] == {A: 100.0, B: 0.0} and Drain(B) in actions
+
+
+def test_a_spec_that_measures_quality_leaves_the_canary_to_its_metric_limits() -> None:
+    quality = {"metrics": [{"name": "q", "measure": "quality", "successCondition": "result >= 1",
+                            "interval": "10s", "failureLimit": 3}]}
+    spec = make_spec([{"scale": {}}, {"setWeight": 20}, {"pause": {"duration": "15s"}}, {"setWeight": 40}],
+                     analysis={"templates": ["q"]}, templates={"q": quality})
+    world = World(quality={A: "pass", B: "fail"})
+    state, _ = drive(spec, world, ticks=8)
+    assert state.phase != ABORTING and state.phase != ABORTED  # one failed measurement is within failureLimit 3

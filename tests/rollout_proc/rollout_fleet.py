@@ -58,6 +58,8 @@ class FleetOptions:
     replicas: int = 2  # A's engines per role
     heartbeat_interval_s: float = 1.0
     reconcile_interval_s: float = 0.5
+    controller_args: tuple[str, ...] = ()  # more `fleetctl controller serve` options (the canary's intervals)
+    classes: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(CLASSES))  # applied at start
 
 
 @dataclass
@@ -122,7 +124,8 @@ class RolloutFleet:
                "FLEET_BOOTSTRAP_TOKEN": self.token,
                "FLEET_HEARTBEAT_INTERVAL_S": str(self.options.heartbeat_interval_s),
                "FLEET_RECONCILE_INTERVAL_S": str(self.options.reconcile_interval_s)}
-        argv = fleetctl_argv("controller", "serve", "--host", HOST, "--port", str(port), "--log-level", "info")
+        argv = fleetctl_argv("controller", "serve", "--host", HOST, "--port", str(port), "--log-level", "info",
+                             *self.options.controller_args)
         info = processes.start("controller", f"controller-{index}", argv,
                                Path(self.record.log_dir) / f"controller-{index}.log", env, url)
         self._replace(info)
@@ -299,7 +302,7 @@ def deployment_name(role: str) -> str:
 
 def _apply_classes_and_a(fleet: RolloutFleet) -> None:
     with fleet.client() as api:
-        for key, spec in CLASSES.items():
+        for key, spec in fleet.options.classes.items():
             fleet.refs[key] = api.apply_class(MODEL, spec, reason=f"rollout test: class {key}").ref
         a = fleet.refs["A"]
         for role in fleet.options.roles:

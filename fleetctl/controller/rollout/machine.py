@@ -18,7 +18,8 @@ A = `from_ref` (the revision traffic moves from), B = `to_ref`. Per tick:
    nothing moves and nothing is measured (the open windows just grow); a timed pause's clock keeps running.
 2. Aborting: weights {A: 100} until stored and acknowledged by every gateway, then Drain(B) until B's
    deployments ask for nothing, then `aborted`.
-3. Otherwise the background analysis (from `analysis.startingStep`) advances: Failed/Error aborts,
+3. Otherwise, when the spec measures no `quality` and the canary says B fails (its answers drift from the
+   reference), the rollout aborts. Else the background analysis (from `analysis.startingStep`) advances: Failed/Error aborts,
    Inconclusive pauses (InconclusiveAnalysisRun). Then the steps, as many as are done at once:
    - `scale`: ScaleUp(B) until B's engines are all ready (ready >= desired > 0, every role);
    - `setWeight N`: SetWeights {A: 100-N, B: N}; done when the stored policy has them and every gateway
@@ -190,6 +191,9 @@ def _finish(t: _Tick) -> None:
 # --- progressing ---
 
 def _progressing(t: _Tick) -> None:
+    if _canary_alarmed(t):
+        _aborting(t)
+        return
     _run_background(t)
     if t.state.phase != ABORTING and t.pause is None:
         _skip_to_end_if_promoted(t)
@@ -199,6 +203,15 @@ def _progressing(t: _Tick) -> None:
         return
     _start_background(t)
     _settle_pause(t)
+
+
+def _canary_alarmed(t: _Tick) -> bool:
+    """A spec without a quality metric still aborts when the canary says B's answers drift or fail: an alarm is
+    already a sequential test's decision. A spec that measures quality leaves it to that metric's limits."""
+    if t.spec.requires_quality() or t.obs.quality.get(t.b) != "fail":
+        return False
+    _begin_abort(t, f"the quality canary: {t.b}'s answers drift from the golden set's reference")
+    return True
 
 
 def _run_steps(t: _Tick) -> None:
