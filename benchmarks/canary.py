@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks/canary.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--phases", default="clean,misroute,plant,fraction", help="which phases, in this order")
     p.add_argument("--nodes", type=int, default=2, help="agents, one engine of A each")
-    p.add_argument("--golden", default="smollm2-quick", help="the golden set to record and probe with")
+    p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2", help="the engines' weights (tiny: a smoke run)")
+    p.add_argument("--golden", help="the golden set to record and probe with [smollm2-quick; tiny with --model tiny]")
     p.add_argument("--rps", type=float, default=1.0, help="user requests per second")
     p.add_argument("--max-tokens", type=int, default=12, help="output tokens per user request (ignore_eos)")
     p.add_argument("--max-prompt-tokens", type=int, default=256)
@@ -78,7 +79,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fraction-s", type=float, default=1800.0, help="the longest each fraction may take")
     p.add_argument("--recover-s", type=float, default=600.0, help="the longest a stream may take to recover")
     p.add_argument("--out", type=Path, default=OUT)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.golden = args.golden or ("smollm2-quick" if args.model == "smollm2" else "tiny")
+    return args
 
 
 class Bench:
@@ -271,7 +274,7 @@ def fractions(bench: Bench) -> list[dict[str, Any]]:
 def start_fleet(args: argparse.Namespace, state_dir: Path) -> Any:
     from fleetctl.localfleet import UpOptions, up
 
-    options = UpOptions(state_dir=state_dir, nodes=args.nodes, model="smollm2", controller_port=0, gateway_port=0,
+    options = UpOptions(state_dir=state_dir, nodes=args.nodes, model=args.model, controller_port=0, gateway_port=0,
                         engine_port_base=random.randrange(20_000, 40_000, 1_000), ready_timeout_s=600.0)
     return up(options, progress=log)
 

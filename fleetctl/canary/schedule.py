@@ -12,13 +12,14 @@ Each stream walks its prompts in order (`next_index`), so every prompt is probed
 Budget. Probes may cost `budget_share` of the fleet's busy capacity (the peak served tokens/s the fleet
 reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would cost at their configured
 intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
-with it; when demand exceeds it, every stream's interval stretches by the same factor, demand / allowed,
-but never beyond `floor_interval_s`: an idle fleet (no capacity measured) and a revision at a thin rollout
+with it. The production streams come first: when their demand alone exceeds it, their intervals stretch by
+demand / allowed and the pinned streams go to the floor rate; otherwise the pinned streams' intervals stretch
+by the same factor so that they fit in what is left. Never beyond `floor_interval_s`: an idle fleet (no capacity measured) and a revision at a thin rollout
 step are still probed at the floor rate, since idle capacity costs nobody anything. The factor follows from
 the expected cost, not from the measured rate, so it does not swing between "all" and "none" as a measured
 window fills and empties; the measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
 
-Order. At most `concurrency` probes are in flight; a stream in flight is not planned again. Of the streams
+Order. At most `concurrency` probes are in flight; a stream with no free slot is not planned again. Of the streams
 due, the production streams go first (the path users see), then the most overdue (never probed first).
 """
 
@@ -68,7 +69,8 @@ class ScheduleSnapshot:
     streams: Mapping[StreamKey, StreamHistory] = field(default_factory=dict)  # absent: never probed
     spent_tokens: float = 0.0  # probe tokens (fillers included) sent in the trailing budget window
     busy_capacity: float = 0.0  # the fleet's busy capacity, served tokens/s; 0: not measured (idle)
-    in_flight: frozenset[StreamKey] = frozenset()
+    in_flight: frozenset[StreamKey] = frozenset()  # streams with no free slot (a pinned one: its one probe)
+    in_flight_count: int | None = None  # probes in flight in all; None: len(in_flight)
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,12 @@ class PlannedProbe:
 class BudgetState:
     share: float  # measured: probe tokens/s over the busy capacity (0 when no capacity is measured)
     allowed: float  # probe tokens/s the budget allows
-    factor: float  # every stream's interval is stretched by this (>= 1; inf: no capacity, floor rate)
+    factor: float  # the production streams' intervals are stretched by this (>= 1; inf: no capacity, floor rate)
     demand: float = 0.0  # probe tokens/s the streams would cost at their configured intervals
+    pinned_factor: float = 1.0  # the pinned streams' intervals are stretched by this
+
+    def factor_for(self, key: StreamKey) -> float:
+        return self.factor if key.kind == "production" else self.pinned_factor
 
 
 @dataclass(frozen=True)
@@ -169,16 +175,26 @@ def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
 
 
 def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetState:
+    """The budget goes to the production streams first (the path users see, and the one that catches a
+    misroute or a bad engine as a mixture), then the pinned streams share what is left."""
     capacity = snapshot.busy_capacity
     recent_rate = snapshot.spent_tokens / params.budget_window_s
     share = recent_rate / capacity if capacity > 0 else 0.0
     allowed = params.budget_share * capacity
-    demand = sum(mean_probe_tokens(s) / s.interval_s for s in streams(snapshot, params))
+    found = streams(snapshot, params)
+    production = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind == "production")
+    pinned = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind != "production")
+    factor = stretch(production, allowed)
+    pinned_factor = stretch(pinned, allowed - production) if factor == 1.0 else math.inf
+    return BudgetState(share=share, allowed=allowed, factor=factor, demand=production + pinned,
+                       pinned_factor=pinned_factor)
+
+
+def stretch(demand: float, allowed: float) -> float:
+    """How much longer intervals must be for `demand` tokens/s to fit in `allowed` (1: it fits)."""
     if demand <= allowed:
-        factor = 1.0
-    else:
-        factor = demand / allowed if allowed > 0 else math.inf
-    return BudgetState(share=share, allowed=allowed, factor=factor, demand=demand)
+        return 1.0
+    return demand / allowed if allowed > 0 else math.inf
 
 
 def effective_interval(configured_s: float, factor: float, floor_interval_s: float) -> float:
@@ -191,7 +207,8 @@ def plan(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[PlannedProb
     """The probes to send now (empty when the flag is off, nothing is due or every slot is taken)."""
     if not snapshot.enabled:
         return []
-    free = params.concurrency - len(snapshot.in_flight)
+    busy = len(snapshot.in_flight) if snapshot.in_flight_count is None else snapshot.in_flight_count
+    free = params.concurrency - busy
     if free <= 0:
         return []
     budget = budget_state(snapshot, params)
@@ -199,7 +216,7 @@ def plan(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[PlannedProb
     for stream in streams(snapshot, params):
         if stream.key in snapshot.in_flight:
             continue
-        overdue = _overdue_s(snapshot, stream, budget.factor, params)
+        overdue = _overdue_s(snapshot, stream, budget.factor_for(stream.key), params)
         if overdue is not None:
             due.append((stream, overdue))
     due.sort(key=lambda item: (item[0].key.kind != "production", -item[1], _order_key(item[0].key)))
@@ -219,7 +236,7 @@ def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> f
         last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
         if last is None:
             return 0.0
-        interval = effective_interval(stream.interval_s, budget.factor, params.floor_interval_s)
+        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), params.floor_interval_s)
         waits.append(max(0.0, interval - (snapshot.now - last).total_seconds()))
     return min(waits, default=None)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -164,7 +165,7 @@ def describe(exc: BaseException) -> str:
 
 class ProbeExecutor:
     def __init__(self, store: Store, send: SendProbe | None = None, *, headers: Mapping[str, str] | None = None,
-                 timeout_s: float = 60.0, metrics: CanaryProbeMetrics | None = None):
+                 timeout_s: float = 60.0, metrics: CanaryProbeMetrics | None = None, production_slots: int = 1):
         """`headers` go with every probe (the gateway's API key, when it requires one); `timeout_s` is
         one probe's, fillers included."""
         self.store = store
@@ -175,7 +176,10 @@ class ProbeExecutor:
         self.stored = 0  # rows written (tests wait on it)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._in_flight: set[StreamKey] = set()
+        self._in_flight: Tally[StreamKey] = Tally()
+        # The production stream may have several probes in flight, so its rate is not capped at one probe per
+        # probe latency; a pinned stream has one (its fillers already make the batch it measures).
+        self.production_slots = max(1, production_slots)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._thread: threading.Thread | None = None
@@ -187,14 +191,22 @@ class ProbeExecutor:
             return self._thread is not None
 
     def in_flight(self) -> frozenset[StreamKey]:
+        """The streams that cannot take another probe now (every slot of theirs is in flight)."""
         with self._lock:
-            return frozenset(self._in_flight)
+            return frozenset(key for key, count in self._in_flight.items() if count >= self._slots(key))
+
+    def in_flight_count(self) -> int:
+        with self._lock:
+            return sum(self._in_flight.values())
+
+    def _slots(self, key: StreamKey) -> int:
+        return self.production_slots if key.kind == "production" else 1
 
     def submit(self, probes: Sequence[tuple[PlannedProbe, str]], at: datetime) -> list[StreamKey]:
         """Start each (probe, gateway URL) whose stream is not in flight; returns the streams started."""
         started = []
         with self._lock:
-            fresh = [(p, url) for p, url in probes if p.stream not in self._in_flight]
+            fresh = [(p, url) for p, url in probes if self._in_flight[p.stream] < self._slots(p.stream)]
             self._in_flight.update(p.stream for p, _ in fresh)
         if not fresh:
             return started
@@ -207,7 +219,7 @@ class ProbeExecutor:
     def wait_idle(self, timeout_s: float) -> bool:
         """Until nothing is in flight (tests); False if that took longer than `timeout_s`."""
         with self._idle:
-            return self._idle.wait_for(lambda: not self._in_flight, timeout=timeout_s)
+            return self._idle.wait_for(lambda: not +self._in_flight, timeout=timeout_s)
 
     def stop(self) -> None:
         """Cancel what is in flight and end the thread (idempotent)."""
@@ -279,7 +291,8 @@ class ProbeExecutor:
                 await asyncio.to_thread(self._store, planned, output, None, at)
         finally:
             with self._idle:
-                self._in_flight.discard(planned.stream)
+                self._in_flight[planned.stream] -= 1
+                self._in_flight += Tally()  # drops the streams at zero
                 self._idle.notify_all()
 
     def _store(self, planned: PlannedProbe, output: ProbeOutput | None, error: str | None, at: datetime) -> None:

@@ -126,7 +126,8 @@ class CanaryProbeReconciler:
         self.capacity = ServedCapacity(settings.canary_capacity_window_s)
         self.metrics = CanaryProbeMetrics(metrics.registry) if metrics is not None else None
         self.executor = executor or ProbeExecutor(store, send, headers=probe_headers(settings),
-                                                  timeout_s=settings.canary_timeout_s, metrics=self.metrics)
+                                                  timeout_s=settings.canary_timeout_s, metrics=self.metrics,
+                                                  production_slots=settings.canary_concurrency // 2)
         self._planned: dict[StreamKey, StreamHistory] = {}  # what this leader planned (see load_history)
         self._prompts: dict[tuple[str, str, int], tuple[GoldenPrompt, ...] | None] = {}  # (model, ref, newest ref id)
 
@@ -144,7 +145,8 @@ class CanaryProbeReconciler:
         schedule = ScheduleSnapshot(
             now=now, enabled=probes_enabled(session), models=models,
             streams=load_history(probes, models, self._planned), spent_tokens=spent,
-            busy_capacity=self.capacity.capacity(now), in_flight=self.executor.in_flight())
+            busy_capacity=self.capacity.capacity(now), in_flight=self.executor.in_flight(),
+            in_flight_count=self.executor.in_flight_count())
         return CanaryProbeSnapshot(schedule, live_gateways(session, now),
                                    now - timedelta(seconds=self.retention_s))
 
@@ -208,7 +210,7 @@ def decide_probes(snapshot: CanaryProbeSnapshot, params: ScheduleParams) -> Cana
     paired = tuple((p, choose_gateway(snapshot.gateways, p, schedule)) for p in planned)
     next_index = {p.stream: schedule.streams.get(p.stream, StreamHistory()).next_index + 1 for p in planned}
     # as if what is in flight were done: each stream is next due at its interval after it was sent
-    after = replace(schedule, in_flight=frozenset(),
+    after = replace(schedule, in_flight=frozenset(), in_flight_count=0,
                     streams={**schedule.streams, **{p.stream: StreamHistory(schedule.now, next_index[p.stream])
                                                     for p in planned}})
     return CanaryProbeDecision(paired, budget, requeue_after(after, params, bool(snapshot.gateways)),

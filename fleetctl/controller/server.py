@@ -30,6 +30,7 @@ GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (CPython's 
 def serve(settings: ControllerSettings, log_level: str = "info", access_log: bool = False) -> None:
     """Run the controller in the foreground until interrupted."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per canary probe
     where = "PostgreSQL" if not settings.is_sqlite else f"SQLite in {settings.state_dir}"
     log.info("controller on http://%s:%d, state in %s", settings.host, settings.port, where)
     # The event loop answers heartbeats while the flush and reconcile threads run batches of Python: with the

@@ -25,6 +25,7 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.gateway.class_choice import PIN_HEADER
@@ -43,6 +44,7 @@ from fleetctl.gateway.upstream import EngineRejected
 log = logging.getLogger("fleetctl.gateway.requests")
 
 SESSION_HEADER = "x-session-id"
+CLIENT_CLOSED = 499  # nginx's "client closed request": the client went away before the answer
 SERVED_BY_HEADER = "x-fleet-served-by"
 PREFILLED_BY_HEADER = "x-fleet-prefilled-by"
 _DISCONNECT_POLL_S = 0.5
@@ -82,6 +84,8 @@ class FrontDoor:
             response, status = error_response(exc), exc.status_code
         except EngineRejected as exc:
             response, status = rejected_response(exc), exc.status
+        except ClientDisconnect:  # gone before its body arrived (a cancelled probe filler): nobody to answer
+            response, status = Response(status_code=CLIENT_CLOSED), CLIENT_CLOSED
         except Exception:
             log.exception("request %s failed", ctx.request_id)
             response, status = error_response(GatewayError("internal gateway error")), 500
@@ -155,7 +159,7 @@ class FrontDoor:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 log.info("request %s: client went away; engine call cancelled", ctx.request_id)
-                return Response(status_code=499)
+                return Response(status_code=CLIENT_CLOSED)
         sent: Sent[dict[str, Any]] = task.result()
         sent.live.finish(sent.ticket)
         usage = sent.result.get("usage") or {}

@@ -134,14 +134,22 @@ def test_within_the_budget_nothing_is_stretched() -> None:
     assert state.demand == pytest.approx(20 / 5 + 20 / 60 + 158 / 60)
 
 
-def test_over_the_budget_every_interval_stretches_by_the_same_factor() -> None:
-    demand = 20 / 5 + 20 / 60 + 158 / 60
-    capacity = demand / 0.02 / 3  # demand is 3x what is allowed
+def test_over_the_budget_the_pinned_streams_stretch_to_fit_what_the_production_stream_leaves() -> None:
+    production, pinned_demand = 20 / 5, 20 / 60 + 158 / 60
+    capacity = (production + pinned_demand / 3) / 0.02  # the production stream fits; the pinned ones 3x over the rest
     state = budget_state(snap(busy_capacity=capacity), PARAMS)
-    assert state.factor == pytest.approx(3.0)
-    # production: 5 s -> 15 s; pinned: 60 s -> 180 s, held at the 120 s floor
+    assert (state.factor, state.pinned_factor) == (1.0, pytest.approx(3.0))
+    # production: every 5 s as configured; pinned: 60 s -> 180 s, held at the 120 s floor
+    history = {PROD: ago(5.01), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
+
+
+def test_when_the_production_stream_alone_is_over_the_budget_it_stretches_and_pinned_ones_go_to_the_floor() -> None:
+    capacity = (20 / 5) / 0.02 / 3  # the production stream alone is 3x what is allowed
+    state = budget_state(snap(busy_capacity=capacity), PARAMS)
+    assert state.factor == pytest.approx(3.0) and state.pinned_factor == math.inf
     history = {PROD: ago(14), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
-    assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [pinned(A, 4)]
+    assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [pinned(A, 4)]  # 5 s -> 15 s
     history[PROD] = ago(15.01)
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
@@ -192,3 +200,11 @@ def test_pinned_probes_walk_the_revisions_engines_and_the_production_path_pins_n
 def test_a_revision_whose_engines_are_not_known_is_pinned_to_none() -> None:
     (probe,) = [p for p in plan(snap(), PARAMS) if p.stream == pinned(A, 1)]
     assert probe.engine is None
+
+
+def test_the_probes_in_flight_count_against_the_concurrency_whatever_their_streams() -> None:
+    params = ScheduleParams(**{**PARAMS.__dict__, "concurrency": 3})
+    # the production stream has two probes in flight but is not saturated: it is still planned, once
+    planned = plan(snap(in_flight=frozenset(), in_flight_count=2), params)
+    assert keys(planned) == [PROD]
+    assert plan(snap(in_flight=frozenset(), in_flight_count=3), params) == []

@@ -290,7 +290,8 @@ def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exp
     assert share == pytest.approx(spent / 300 / 200_000)
 
 
-def test_over_the_budget_every_interval_stretches_by_the_same_factor(fleet: tuple[Api, NetworkStandIn]) -> None:
+def test_over_the_budget_the_production_stream_keeps_its_interval_and_pinned_ones_stretch(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
     api, _ = fleet
     agent = served_by_r1(api)
     elapse(api, agent, 6)
@@ -306,13 +307,11 @@ def test_over_the_budget_every_interval_stretches_by_the_same_factor(fleet: tupl
     with api.runtime.store.session() as session:
         budget = budget_state(reconciler.snapshot(session, api.clock()).schedule, reconciler.params)
     assert budget.allowed == pytest.approx(6.0) and budget.demand > budget.allowed
-    assert budget.factor == pytest.approx(budget.demand / budget.allowed)
-    production_every = 5.0 * budget.factor
-    assert 6 < production_every < 100  # stretched, not yet at the floor
-    elapse(api, agent, production_every - 1)
+    assert budget.factor == 1.0 and budget.pinned_factor > 1.0  # the production stream fits; the pinned ones do not
+    elapse(api, agent, 4)
     assert probe_round(api)[len(first):] == []
     elapse(api, agent, 2)
-    assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]
+    assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]  # every 5 s, as configured
 
 
 def test_failed_probes_are_stored_as_errors(fleet: tuple[Api, NetworkStandIn]) -> None:
@@ -356,11 +355,14 @@ def test_probes_in_flight_are_not_sent_twice_and_stopping_cancels_them(settings:
         api.reconcile()
         elapse(api, agent, 200)
         api.reconcile()
-        assert len(executor.in_flight()) == 5
+        # a pinned stream has one probe in flight, so it is not sent again; the production stream has slots
+        # for several (half the concurrency), so it took a second one
+        assert len(executor.in_flight()) == 4 and all(key.kind == "pinned" for key in executor.in_flight())
+        assert executor.in_flight_count() == 6
         assert not executor.wait_idle(0.2)
     # the app stopped the runtime: the executor's probes were cancelled and its thread ended
     assert executor.in_flight() == frozenset() and not executor.running
-    assert len(stand_in.calls) == 5 and probes(api) == []
+    assert len(stand_in.calls) == 6 and probes(api) == []
 
 
 def test_old_probes_are_pruned_in_bounded_batches(fleet: tuple[Api, NetworkStandIn]) -> None:
