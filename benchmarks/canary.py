@@ -6,7 +6,8 @@ what its probes cost, on a local fleet of SmolLM2 engines under replayed traffic
 A local fleet on loopback (fleetctl/localfleet: a controller on SQLite with the canary at its DEFAULT settings,
 `--nodes` agents each running one SmolLM2 engine of the model's class revision A, a gateway). Steady traffic
 from ../shared/traces/mooncake_conversation.jsonl (benchmarks/rollout_traffic.py) runs throughout. The
-reference is recorded from A with `fleetctl canary record --golden GOLDEN` first. Then, per phase:
+reference is recorded from A with `fleetctl canary record --golden GOLDEN --repetitions 8 --conditions 1,4` first
+(176 runs: the noise bound p0 at 0.017). Then, per phase:
 
 - **clean**: `--clean-s` seconds with nothing wrong: every alert raised is a false alarm.
 - **misroute**: for each correctness-different class (LONG: RoPE scaling 4 with an 8192-token window; KV16: a
@@ -295,7 +296,7 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
         log(f"recording the reference of {bench.a} ({args.golden})")
         recorded = time.monotonic()
         bench.cli("canary", "record", "--class", bench.a, "--golden", args.golden, "--gateway", record.gateway_url,
-                  "--repetitions", "2", "--conditions", "1,4", "-o", "json")
+                  "--repetitions", "8", "--conditions", "1,4", "-o", "json")
         report["record_s"] = time.monotonic() - recorded
         report["healthy_after_s"] = bench.wait(lambda: (s := bench.production()) is not None and s.verdict == "healthy",
                                                900.0)

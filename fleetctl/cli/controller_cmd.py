@@ -77,6 +77,7 @@ def serve(
     canary_recovery_probes: Annotated[int | None, _opt("canary_recovery_probes", "--canary-recovery-probes")] = None,
     canary_timeout_s: Annotated[float | None, _opt("canary_timeout_s", "--canary-timeout")] = None,
     canary_concurrency: Annotated[int | None, _opt("canary_concurrency", "--canary-concurrency")] = None,
+    canary_batch_conditions: Annotated[str | None, _opt("canary_batch_conditions", "--canary-batch-conditions")] = None,
     canary_webhook_url: Annotated[str | None, _opt("canary_webhook_url", "--canary-webhook-url")] = None,
     canary_budget_window_s: Annotated[float | None, _opt("canary_budget_window_s", "--canary-budget-window")] = None,
     canary_probe_retention_s: Annotated[
@@ -98,6 +99,7 @@ def serve(
                          canary_shift=canary_shift, canary_min_probes=canary_min_probes,
                          canary_recovery_probes=canary_recovery_probes, canary_timeout_s=canary_timeout_s,
                          canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url,
+                         canary_batch_conditions=canary_batch_conditions,
                          canary_budget_window_s=canary_budget_window_s,
                          canary_probe_retention_s=canary_probe_retention_s)
     run(settings, log_level=log_level.lower(), access_log=access_log)

@@ -106,7 +106,8 @@ def schedule_params(settings: ControllerSettings) -> ScheduleParams:
     return ScheduleParams(
         pinned_interval_s=settings.canary_pinned_interval_s, production_interval_s=settings.canary_production_interval_s,
         floor_interval_s=settings.canary_floor_interval_s, budget_share=settings.canary_budget_share,
-        budget_window_s=settings.canary_budget_window_s, concurrency=settings.canary_concurrency)
+        budget_window_s=settings.canary_budget_window_s, concurrency=settings.canary_concurrency,
+        conditions=settings.batch_conditions)
 
 
 def probe_headers(settings: ControllerSettings) -> dict[str, str]:

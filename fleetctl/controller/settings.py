@@ -34,7 +34,7 @@ ENV_VARS = {
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
     "canary_floor_interval_s", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
-    "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url")})
+    "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url", "canary_batch_conditions")})
 
 
 class ControllerSettings(BaseModel):
@@ -94,6 +94,9 @@ class ControllerSettings(BaseModel):
         default=10, ge=1, description="scored probes a stream needs before its verdict is anything but not_measured")
     canary_recovery_probes: int = Field(
         default=20, ge=1, description="consecutive good probes after an alarm before a stream is healthy again")
+    canary_batch_conditions: str = Field(
+        default="1,4,8,16", pattern=r"^[1-9][0-9]{0,3}(,[1-9][0-9]{0,3}){0,7}$",
+        description="the batch conditions pinned probes run at (condition - 1 concurrent fillers each), comma-separated")
     canary_timeout_s: float = Field(default=60.0, gt=0, description="seconds one probe (with its fillers) may take")
     canary_concurrency: int = Field(default=2, ge=1, description="probes in flight at once, fleet-wide")
     canary_budget_window_s: float = Field(
@@ -106,6 +109,10 @@ class ControllerSettings(BaseModel):
         "one (Authorization: Bearer); give it no rate limit. Default none (open gateways)")
     canary_webhook_url: str | None = Field(
         default=None, description="POST each canary alert and recovery here as JSON; default none")
+
+    @property
+    def batch_conditions(self) -> tuple[int, ...]:
+        return tuple(sorted({int(c) for c in self.canary_batch_conditions.split(",")}))
 
     @property
     def database_url(self) -> str:
