@@ -9,7 +9,8 @@ answer or a regex.
 
     golden set smollm2.yaml: prompts[3] (id 'sum-small'): messages and prompt are exclusive
 
-`golden/` ships sets for SmolLM2 (`smollm2`) and the tiny test model (`tiny`): `shipped_golden(name)`.
+`golden/` ships sets for SmolLM2 (`smollm2`, and its short-answer prompts `smollm2-quick`) and the tiny test model
+(`tiny`): `shipped_golden(name)`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def load_golden(path: Path) -> GoldenSet:
 
 
 def shipped_golden(name: str) -> Path:
-    """The file of a golden set shipped with fleetctl: 'smollm2' or 'tiny' (with or without '.yaml')."""
+    """The file of a golden set shipped with fleetctl: 'smollm2', 'smollm2-quick' or 'tiny' (with or without '.yaml')."""
     stem = name.removesuffix(".yaml")
     path = SHIPPED_DIR / f"{stem}.yaml"
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", stem) or not path.is_file():

@@ -64,11 +64,12 @@ def test_the_shipped_sets_are_package_data() -> None:
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["fleetctl.canary"]
     shipped = {p.name for pattern in patterns for p in (REPO_ROOT / "fleetctl" / "canary").glob(pattern)}
-    assert shipped == {"smollm2.yaml", "tiny.yaml"} and shipped_golden_names() == ["smollm2", "tiny"]
+    assert shipped == {"smollm2.yaml", "smollm2-quick.yaml", "tiny.yaml"}
+    assert shipped_golden_names() == ["smollm2", "smollm2-quick", "tiny"]
 
 
 def test_an_unknown_shipped_name_lists_the_shipped_ones() -> None:
-    with pytest.raises(GoldenSetError, match="shipped: smollm2, tiny"):
+    with pytest.raises(GoldenSetError, match="shipped: smollm2, smollm2-quick, tiny"):
         shipped_golden("nope")
 
 
