@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks/canary.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--phases", default="clean,misroute,plant,fraction", help="which phases, in this order")
     p.add_argument("--nodes", type=int, default=2, help="agents, one engine of A each")
+    p.add_argument("--classes", default=",".join(BAD_CLASSES), help="the misroute phase's targets, in order")
+    p.add_argument("--faults", default=",".join(FAULTS), help="the plant phase's faults, in order")
     p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2", help="the engines' weights (tiny: a smoke run)")
     p.add_argument("--golden", help="the golden set to record and probe with [smollm2-quick; tiny with --model tiny]")
     p.add_argument("--rps", type=float, default=1.0, help="user requests per second")
@@ -228,7 +230,7 @@ def misroute(bench: Bench, to: str, fraction: float, limit_s: float, label: str)
 
 def misroutes(bench: Bench) -> list[dict[str, Any]]:
     results = []
-    for key in BAD_CLASSES:
+    for key in bench.args.classes.split(","):
         ref = deploy_bad_class(bench, key)
         results.append(misroute(bench, ref, 0.15, bench.args.drill_s, key))
         bench.api.set_deployment(ref.split("@")[0], ref, replicas=0, reason="canary benchmark: done")
@@ -237,7 +239,7 @@ def misroutes(bench: Bench) -> list[dict[str, Any]]:
 
 def plants(bench: Bench) -> list[dict[str, Any]]:
     results = []
-    for fault in FAULTS:
+    for fault in bench.args.faults.split(","):
         engine = bench.ready(bench.a)[0]
         first = bench.last_event_id()
         log(f"plant {fault} in {engine}, up to {bench.args.drill_s:g}s")
