@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import BlockText, load_mooncake, log, print_table, reference_tokenizer_dir, write_json  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Traffic, arrival_offsets, build_requests  # noqa: E402
-from engine.contract.prometheus import parse_samples  # noqa: E402
+from engine.contract.prometheus import parse_samples, sum_series  # noqa: E402
 from fleetctl.client import ControllerClient  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "canary.json"
@@ -142,17 +142,17 @@ class Bench:
                     text = httpx.get(f"{engine.url}/metrics", timeout=5.0).text
                 except httpx.HTTPError:
                     continue
-                total += sum(s.value for s in parse_samples(text)
-                             if s.name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"))
+                samples = parse_samples(text)
+                total += sum_series(samples, "vllm:prompt_tokens_total") + sum_series(samples, "vllm:generation_tokens_total")
         return total
 
     def probe_tokens(self) -> float:
         text = httpx.get(f"{self.record.gateway_url}/metrics", timeout=5.0).text
-        return sum(s.value for s in parse_samples(text) if s.name == "fleet_gateway_probe_tokens_total")
+        return sum_series(parse_samples(text), "fleet_gateway_probe_tokens_total")
 
     def probe_share(self) -> float | None:
         text = httpx.get(f"{self.record.controller_url}/metrics", timeout=5.0).text
-        values = [s.value for s in parse_samples(text) if s.name == "fleet_canary_probe_share"]
+        values = [s.value for s in parse_samples(text).get("fleet_canary_probe_share", [])]
         return values[0] if values else None
 
 
