@@ -328,8 +328,8 @@ def print_report(report: dict[str, Any]) -> None:
              for r in report.get("plant", [])]
     rows += [{"drill": f"misroute {r['fraction']:.0%} -> LONG", "detect_s": r["detect_s"], "recover_s": r["recover_s"]}
              for r in report.get("fraction", [])]
-    print_table(rows, [("drill", "drill", "s"), ("detect_s", "detected after (s)", ".0f"),
-                       ("recover_s", "recovered after (s)", ".0f")])
+    print_table(rows, [("drill", "drill", ""), ("detected after (s)", "detect_s", ".0f"),
+                       ("recovered after (s)", "recover_s", ".0f")])
     if "clean" in report:
         print(f"clean run: {report['clean']['seconds']:.0f} s, false alarms: {report['clean']['false_alarms']}")
     print(json.dumps(report.get("cost"), indent=2))
