@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
 import httpx
@@ -68,24 +68,17 @@ async def send_probe(client: httpx.AsyncClient, gateway_url: str, model: str, pr
     base = {**(headers or {}), **({PIN_HEADER: pin} if pin else {}), **({PIN_ENGINE_HEADER: engine} if engine else {})}
     what = f"{kind} probe {prompt.id!r}" + (f" pinned to {pin}" if pin else "") + (f" on {engine}" if engine else "")
     try:
-        async with asyncio.timeout(timeout_s):
-            async with _fillers_running(client, url, model, prompt, fillers, base, what):
-                started = time.monotonic()
-                response = await client.post(url, json=probe_body(model, prompt),
-                                             headers={**base, PROBE_HEADER: kind}, timeout=timeout_s)
-                latency_s = time.monotonic() - started
+        with _transport_errors(what, gateway_url, timeout_s):
+            async with asyncio.timeout(timeout_s):
+                async with _fillers_running(client, url, model, prompt, fillers, base, what):
+                    started = time.monotonic()
+                    response = await client.post(url, json=probe_body(model, prompt),
+                                                 headers={**base, PROBE_HEADER: kind}, timeout=timeout_s)
+                    latency_s = time.monotonic() - started
     except TimeoutError:
         raise ProbeError(f"{what}: timed out after {timeout_s:g}s" + (f" (with {fillers} fillers)" if fillers else ""),
                          reason="timeout") from None
-    except httpx.TimeoutException:
-        raise ProbeError(f"{what}: timed out after {timeout_s:g}s", reason="timeout") from None
-    except httpx.HTTPError as exc:
-        raise ProbeError(f"{what}: gateway at {gateway_url} unreachable ({type(exc).__name__})",
-                         reason="unreachable") from None
-    if response.status_code != 200:
-        detail = _error_message(response)
-        raise ProbeError(f"{what}: the gateway answered {response.status_code}: {detail}",
-                         reason="status", http_status=response.status_code, detail=detail)
+    _refuse_unless_ok(response, what)
     return parse_answer(prompt, response, fillers=fillers, latency_s=latency_s, what=what)
 
 
@@ -97,18 +90,10 @@ async def prompt_token_count(client: httpx.AsyncClient, gateway_url: str, model:
     body: dict[str, Any] = {"model": model}
     body.update({"messages": prompt.messages} if prompt.messages is not None else {"prompt": prompt.prompt})
     what = f"counting the tokens of {prompt.id!r}"
-    try:
+    with _transport_errors(what, gateway_url, timeout_s):
         response = await client.post(gateway_url.rstrip("/") + "/fleet/route/explain", json=body, timeout=timeout_s,
                                      headers={**(headers or {}), **({PIN_HEADER: pin} if pin else {})})
-    except httpx.TimeoutException:
-        raise ProbeError(f"{what}: timed out after {timeout_s:g}s", reason="timeout") from None
-    except httpx.HTTPError as exc:
-        raise ProbeError(f"{what}: gateway at {gateway_url} unreachable ({type(exc).__name__})",
-                         reason="unreachable") from None
-    if response.status_code != 200:
-        detail = _error_message(response)
-        raise ProbeError(f"{what}: the gateway answered {response.status_code}: {detail}",
-                         reason="status", http_status=response.status_code, detail=detail)
+    _refuse_unless_ok(response, what)
     try:
         return int(response.json()["num_prompt_tokens"])
     except (ValueError, KeyError, TypeError) as exc:
@@ -281,6 +266,25 @@ def _carries_token(line: str) -> bool:
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
     return bool(choice.get("text") or delta.get("content") or choice.get("finish_reason"))
+
+
+@contextlib.contextmanager
+def _transport_errors(what: str, gateway_url: str, timeout_s: float) -> Iterator[None]:
+    """httpx's timeouts and transport failures as ProbeErrors saying which."""
+    try:
+        yield
+    except httpx.TimeoutException:
+        raise ProbeError(f"{what}: timed out after {timeout_s:g}s", reason="timeout") from None
+    except httpx.HTTPError as exc:
+        raise ProbeError(f"{what}: gateway at {gateway_url} unreachable ({type(exc).__name__})",
+                         reason="unreachable") from None
+
+
+def _refuse_unless_ok(response: httpx.Response, what: str) -> None:
+    if response.status_code != 200:
+        detail = _error_message(response)
+        raise ProbeError(f"{what}: the gateway answered {response.status_code}: {detail}",
+                         reason="status", http_status=response.status_code, detail=detail)
 
 
 def storable(text: str) -> str:
