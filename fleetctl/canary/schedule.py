@@ -12,12 +12,16 @@ Each stream walks its prompts in order (`next_index`), so every prompt is probed
 Budget. Probes may cost `budget_share` of the fleet's busy capacity (the peak served tokens/s the fleet
 reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would cost at their configured
 intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
-with it. The production streams come first: when their demand alone exceeds it, their intervals stretch by
-demand / allowed and the pinned streams go to the floor rate; otherwise the pinned streams' intervals stretch
-by the same factor so that they fit in what is left. Never beyond `floor_interval_s`: an idle fleet (no capacity measured) and a revision at a thin rollout
-step are still probed at the floor rate, since idle capacity costs nobody anything. The factor follows from
-the expected cost, not from the measured rate, so it does not swing between "all" and "none" as a measured
-window fills and empties; the measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
+with it. The floor comes first: every live revision gets at least one pinned probe per `floor_interval_s`
+(its batch conditions in turn, so each condition's stream at most len(conditions) x floor_interval_s apart),
+and what that costs is set aside. The production streams come next: when their demand exceeds what is left,
+their intervals stretch by demand / left (never beyond `floor_interval_s`) and the pinned streams stay at the
+floor; otherwise the pinned streams' intervals stretch so that they fit in what the production streams leave.
+So probes stay within the budget whenever the budget can pay for the floor; when it cannot (an idle fleet, no
+capacity measured, or one too small for its revisions), the floor is spent anyway, since idle capacity costs
+nobody anything and a revision at a thin rollout step must still be measured. The factors follow from the
+expected cost, not from the measured rate, so they do not swing between "all" and "none" as a measured window
+fills and empties; the measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
 
 Order. At most `concurrency` probes are in flight; a stream with no free slot is not planned again. Of the streams
 due, the production streams go first (the path users see), then the most overdue (never probed first).
@@ -184,7 +188,9 @@ def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetSt
     found = streams(snapshot, params)
     production = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind == "production")
     pinned = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind != "production")
-    factor = stretch(production, allowed)
+    pinned_floor = sum(mean_probe_tokens(s) / max(s.interval_s, floor_interval(s.key, params))
+                       for s in found if s.key.kind != "production")
+    factor = stretch(production, allowed - pinned_floor)
     pinned_factor = stretch(pinned, allowed - production) if factor == 1.0 else math.inf
     return BudgetState(share=share, allowed=allowed, factor=factor, demand=production + pinned,
                        pinned_factor=pinned_factor)
@@ -195,6 +201,20 @@ def stretch(demand: float, allowed: float) -> float:
     if demand <= allowed:
         return 1.0
     return demand / allowed if allowed > 0 else math.inf
+
+
+def floor_interval(key: StreamKey, params: ScheduleParams) -> float:
+    """The longest a stream may wait at the floor rate: the production stream `floor_interval_s`; a pinned
+    stream len(conditions) x that, so that its revision, over all its conditions, gets one probe per
+    `floor_interval_s` (the streams of a revision at its floor are due in turn)."""
+    if key.kind == "production":
+        return params.floor_interval_s
+    return longest_floor_interval(params)
+
+
+def longest_floor_interval(params: ScheduleParams) -> float:
+    """A pinned stream's floor interval, the longest of any stream's."""
+    return params.floor_interval_s * max(1, len(params.conditions))
 
 
 def effective_interval(configured_s: float, factor: float, floor_interval_s: float) -> float:
@@ -236,7 +256,7 @@ def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> f
         last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
         if last is None:
             return 0.0
-        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), params.floor_interval_s)
+        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), floor_interval(stream.key, params))
         waits.append(max(0.0, interval - (snapshot.now - last).total_seconds()))
     return min(waits, default=None)
 
@@ -246,7 +266,7 @@ def _overdue_s(snapshot: ScheduleSnapshot, stream: Stream, factor: float, params
     last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
     if last is None:
         return math.inf
-    interval = effective_interval(stream.interval_s, factor, params.floor_interval_s)
+    interval = effective_interval(stream.interval_s, factor, floor_interval(stream.key, params))
     overdue = (snapshot.now - last).total_seconds() - interval
     return overdue if overdue >= 0 else None
 

@@ -48,6 +48,7 @@ from fleetctl.canary.schedule import (
     StreamHistory,
     budget_state,
     estimate_prompt_tokens,
+    longest_floor_interval,
     next_index_after,
     plan,
     probe_tokens,
@@ -133,8 +134,10 @@ class CanaryProbeReconciler:
         self._prompts: dict[tuple[str, str, int], tuple[GoldenPrompt, ...] | None] = {}  # (model, ref, newest ref id)
 
     def snapshot(self, session: Session, now: datetime) -> CanaryProbeSnapshot:
-        horizon = max(self.params.budget_window_s, self.params.floor_interval_s, self.params.pinned_interval_s,
-                      self.params.production_interval_s)
+        # twice the longest interval: a stream probed a little late is still remembered, and keeps its rotation
+        horizon = max(self.params.budget_window_s, 2 * max(self.params.pinned_interval_s,
+                                                           self.params.production_interval_s,
+                                                           longest_floor_interval(self.params)))
         probes = recent_probes(session, now - timedelta(seconds=horizon))
         observed_tokens = prompt_tokens_seen(probes)
         models = tuple(self._targets(session, model, refs, observed_tokens)

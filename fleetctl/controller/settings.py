@@ -83,7 +83,9 @@ class ControllerSettings(BaseModel):
     canary_production_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between production-path probes of one model while the budget allows")
     canary_floor_interval_s: float = Field(
-        default=120.0, gt=0, description="the budget never stretches a stream's interval beyond this (the floor rate)")
+        default=120.0, gt=0, description="the floor rate, paid for first from the budget and spent "
+        "even when the budget cannot pay for it: every live revision gets a pinned probe (its batch conditions in "
+        "turn) and every model a production probe at least this often")
     canary_false_alarm_days: float = Field(
         default=30.0, gt=0, description="target mean time between false alarms of one stream, probing at its "
         "configured interval; the tests' thresholds follow from it")

@@ -17,6 +17,9 @@ from fleetctl.canary.schedule import (
     budget_state,
     effective_interval,
     estimate_prompt_tokens,
+    floor_interval,
+    longest_floor_interval,
+    mean_probe_tokens,
     next_index_after,
     plan,
     probe_tokens,
@@ -134,30 +137,55 @@ def test_within_the_budget_nothing_is_stretched() -> None:
     assert state.demand == pytest.approx(20 / 5 + 20 / 60 + 158 / 60)
 
 
+PINNED_AT_FLOOR = (20 + 158) / 240  # tokens/s: a pinned stream's floor is 2 conditions x 120 s
+
+
 def test_over_the_budget_the_pinned_streams_stretch_to_fit_what_the_production_stream_leaves() -> None:
     production, pinned_demand = 20 / 5, 20 / 60 + 158 / 60
     capacity = (production + pinned_demand / 3) / 0.02  # the production stream fits; the pinned ones 3x over the rest
     state = budget_state(snap(busy_capacity=capacity), PARAMS)
     assert (state.factor, state.pinned_factor) == (1.0, pytest.approx(3.0))
-    # production: every 5 s as configured; pinned: 60 s -> 180 s, held at the 120 s floor
-    history = {PROD: ago(5.01), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    # production: every 5 s as configured; pinned: 60 s -> 180 s (inside their 240 s floor)
+    history = {PROD: ago(5.01), pinned(A, 1): ago(179), pinned(A, 4): ago(180)}
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
 
-def test_when_the_production_stream_alone_is_over_the_budget_it_stretches_and_pinned_ones_go_to_the_floor() -> None:
-    capacity = (20 / 5) / 0.02 / 3  # the production stream alone is 3x what is allowed
+def test_when_the_production_stream_is_over_what_the_floor_leaves_it_stretches_and_pinned_ones_go_to_the_floor() -> None:
+    capacity = ((20 / 5) / 3 + PINNED_AT_FLOOR) / 0.02  # after the floor, the production stream is 3x what is left
     state = budget_state(snap(busy_capacity=capacity), PARAMS)
     assert state.factor == pytest.approx(3.0) and state.pinned_factor == math.inf
-    history = {PROD: ago(14), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    history = {PROD: ago(14), pinned(A, 1): ago(239), pinned(A, 4): ago(240)}
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [pinned(A, 4)]  # 5 s -> 15 s
     history[PROD] = ago(15.01)
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
 
+def planned_rate(capacity: float, revisions: dict[str, tuple[PromptSlot, ...]]) -> float:
+    """Tokens/s the streams cost at the intervals the budget gives them."""
+    snapshot = snap(revisions, busy_capacity=capacity)
+    state = budget_state(snapshot, PARAMS)
+    return sum(mean_probe_tokens(s) / effective_interval(s.interval_s, state.factor_for(s.key), floor_interval(s.key, PARAMS))
+               for s in streams(snapshot, PARAMS))
+
+
+@pytest.mark.parametrize("revisions", [{A: PROMPTS}, {A: PROMPTS, B: PROMPTS}])
+def test_probes_stay_within_the_budget_whenever_it_can_pay_for_the_floor(revisions) -> None:
+    floor_cost = len(revisions) * PINNED_AT_FLOOR + 20 / 120  # every stream at its floor
+    for allowed in [floor_cost * m for m in (1.0, 1.3, 2.0, 5.0, 50.0)]:
+        assert planned_rate(allowed / 0.02, revisions) <= allowed * (1 + 1e-9)
+    # below that the floor is spent anyway (an idle or tiny fleet is still measured), and no more than it
+    assert planned_rate(floor_cost / 2 / 0.02, revisions) == pytest.approx(floor_cost)
+
+
+def test_a_revision_at_its_floor_gets_one_pinned_probe_per_floor_interval_over_its_conditions() -> None:
+    assert floor_interval(PROD, PARAMS) == 120.0 and floor_interval(pinned(A, 4), PARAMS) == 240.0
+    assert longest_floor_interval(PARAMS) == 240.0
+
+
 def test_an_idle_fleet_is_probed_at_the_floor_rate() -> None:
     state = budget_state(snap(busy_capacity=0.0, spent_tokens=5000.0), PARAMS)
     assert state.factor == math.inf and state.allowed == 0.0 and state.share == 0.0
-    history = {PROD: ago(119), pinned(A, 1): ago(119), pinned(A, 4): ago(120)}
+    history = {PROD: ago(119), pinned(A, 1): ago(239), pinned(A, 4): ago(240)}
     assert keys(plan(snap(busy_capacity=0.0, streams=history), PARAMS)) == [pinned(A, 4)]
     assert seconds_to_next_due(snap(busy_capacity=0.0, streams=history), PARAMS) == 0.0
 

@@ -177,7 +177,7 @@ def test_the_next_round_takes_the_next_prompt(fleet: tuple[Api, NetworkStandIn])
     store_reference(api)
     report_gateway(api)
     first = probe_round(api)
-    elapse(api, agent, 121)  # past the floor interval (no capacity measured: the floor rate)
+    elapse(api, agent, 120 * len(CONDITIONS) + 1)  # past a pinned stream's floor (no capacity measured)
     second = probe_round(api)[len(first):]
     assert streams(second) == streams(first) and {r["prompt_id"] for r in second} == {"hello"}
 
@@ -252,11 +252,15 @@ def test_an_idle_fleet_is_probed_at_the_floor_rate(fleet: tuple[Api, NetworkStan
     agent = served_by_r1(api)
     store_reference(api)
     report_gateway(api)
-    first = len(probe_round(api))
-    elapse(api, agent, 61)  # past the pinned interval, but no capacity is measured: every stream at the 120 s floor
-    assert len(probe_round(api)) == first
-    elapse(api, agent, 60)
-    assert len(probe_round(api)) == 2 * first
+    first = probe_round(api)
+    elapse(api, agent, 61)  # past the pinned interval, but no capacity is measured: every stream at its floor
+    assert len(probe_round(api)) == len(first)
+    elapse(api, agent, 60)  # the production stream's floor (120 s), not yet a pinned stream's (4 x 120 s)
+    second = probe_round(api)[len(first):]
+    assert [r["kind"] for r in second] == ["production"]
+    elapse(api, agent, 120 * len(CONDITIONS) - 121 + 1)
+    third = probe_round(api)[len(first) + len(second):]
+    assert sorted(r["kind"] for r in third) == ["pinned"] * len(CONDITIONS) + ["production"]
     assert metric_samples(api)[("fleet_canary_probe_share", ())] == 0.0  # no capacity: no share
 
 
