@@ -1,0 +1,1 @@
+"""The TUI's screens, one module each (ui/registry.py lists them)."""
