@@ -33,6 +33,7 @@ from fleetctl.cli import (
     status_cmd,
     token_cmd,
     traffic_cmd,
+    tui_cmd,
     up_cmd,
 )
 from fleetctl.cli.context import CliContext
@@ -55,6 +56,7 @@ COMMAND_MODULES: list[ModuleType] = [
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
     drill_cmd,  # drill misroute|plant|stop|list
+    tui_cmd,  # tui: the live fleet view (imports ui inside the command)
 ]
 
 app = typer.Typer(

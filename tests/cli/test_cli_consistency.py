@@ -41,6 +41,7 @@ OTHER = {
     "drill stop",  # restores traffic and engines as they were before the drill
     "canary record",  # stores a golden set and a reference; serves nothing
     "canary probes",  # turns the canary's probes on or off
+    "tui",  # the live view in the foreground (its actions confirm in the TUI)
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 
