@@ -158,7 +158,8 @@ async def test_rollout_actions_from_the_rollouts_screen(fleet: Controller) -> No
         assert (await done.next(5)).ok
         aborted = wait_for(lambda: (v := rollout_phase(fleet, 3)).phase == "aborted" and v)
         assert aborted.abort_reason.endswith("changed my mind")
-        reasons = [e.reason for e in audit_of(fleet, actor) if e.action == "rollout.command" and e.reason != "back again"]
+        reasons = [e.reason for e in audit_of(fleet, actor)
+                   if e.action == "rollout.command" and e.reason != "back again"]
         assert reasons == ["lunch", "lunch", "back from lunch", "looks good", "all at once", "changed my mind"]
 
 

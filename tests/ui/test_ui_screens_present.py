@@ -127,7 +127,8 @@ def test_gateways_against_the_controller_generation() -> None:
     assert rows["gw-a"][3:5] == ["42 = 42", "live"]
     assert rows["gw-b"][3:5] == ["41 < 42", "live"]
     assert rows["gw-c"][3:5] == ["37", "stale"]  # a stale gateway is not held to the generation
-    assert tr.gateway_summary(keyed.values(), 42).plain == "controller generation 42: 1/2 live gateway(s) applied it; 1 stale"
+    assert tr.gateway_summary(keyed.values(), 42).plain == \
+        "controller generation 42: 1/2 live gateway(s) applied it; 1 stale"
     assert "not known yet" in tr.gateway_summary(keyed.values(), None).plain
     assert tr.gateway_rows(keyed, None)[0][1][3].plain == "42"
 

@@ -165,4 +165,4 @@ def summary(streams: Mapping[str, CanaryStreamView]) -> Text:
     for stream in streams.values():
         counts[stream.verdict] = counts.get(stream.verdict, 0) + 1
     parts = [f"{counts[v]} {v.replace('_', ' ')}" for v in VERDICTS if counts.get(v)]
-    return Text(f"{len(streams)} streams: " + (", ".join(parts) or NONE), style="dim")
+    return Text(f"{len(streams)} streams: " + (", ".join(parts) or NONE))

@@ -27,8 +27,10 @@ KINDS = ("canary_stream", "drill", "flag")
 
 
 class QualityScreen(BaseScreen):
+    HEADING = "Quality"
+
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(name="quality")
         self._streams: Mapping[str, CanaryStreamView] = {}
         self._drills: Mapping[str, DrillView] = {}
         self._columns: list[str] = []
@@ -36,13 +38,15 @@ class QualityScreen(BaseScreen):
         self._drill_clock = Countdowns()
 
     def compose_body(self) -> ComposeResult:
-        yield Static(id="quality-summary")
+        yield Static(Text(present.NOT_MEASURED, style="dim"), id="quality-empty")
         yield DataTable(id="quality-grid", cursor_type="cell")
         with VerticalScroll(id="quality-evidence-pane"):
             yield Static(id="quality-evidence")
         yield Static(id="quality-drills")
 
     def on_mount(self) -> None:
+        self.query_one("#quality-grid", DataTable).focus()
+        self.query_one("#quality-evidence-pane").border_title = "evidence"
         self.set_interval(1.0, self._tick, name="drill countdown")
 
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
@@ -58,15 +62,15 @@ class QualityScreen(BaseScreen):
 
     def _draw_grid(self, fleet: FleetState) -> None:
         table = self.query_one("#quality-grid", DataTable)
-        summary = self.query_one("#quality-summary", Static)
-        if not self._streams:
+        empty = self.query_one("#quality-empty", Static)
+        measured = bool(self._streams)
+        table.display = self.query_one("#quality-evidence-pane").display = measured
+        empty.display = not measured
+        if not measured:
             self._columns, self._rows = [], []
-            table.display = False
-            summary.update(present.no_data(fleet.flags()))
-            self.query_one("#quality-evidence", Static).update("")
+            empty.update(present.no_data(fleet.flags()))
             return
-        table.display = True
-        summary.update(present.summary(self._streams))
+        table.border_title = Text.assemble("Quality: ", present.summary(self._streams))
         self._columns, self._rows = present.grid(self._streams)
         set_columns(table, ["MODEL", "REVISION", *self._columns])
         sync_rows(table, [(row.key, present.cells(row, self._columns, self._streams)) for row in self._rows])

@@ -10,10 +10,11 @@ P promote, F promote --full, a abort. A finished rollout takes none of them (sai
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -29,16 +30,18 @@ NO_ROLLOUTS = "no rollouts: start one with `fleetctl rollout start` (docs/rollou
 
 
 class RolloutsScreen(BaseScreen):
-    BINDINGS = [
-        Binding("p", "pause", "Pause"),
-        Binding("r", "resume", "Resume"),
-        Binding("P", "promote", "Promote"),
-        Binding("F", "promote_full", "Promote --full"),
-        Binding("a", "abort", "Abort"),
+    HEADING = "Rollouts"
+    FLEET_ACTIONS = frozenset({"pause", "resume", "promote", "promote_full", "abort"})
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "pause"),
+        Binding("r", "resume", "resume"),
+        Binding("P", "promote", "promote"),
+        Binding("F", "promote_full", "promote --full"),
+        Binding("a", "abort", "abort"),
     ]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(name="rollouts")
         self._views: Mapping[str, RolloutView] = {}
         self._pauses = Countdowns()
 
@@ -48,6 +51,9 @@ class RolloutsScreen(BaseScreen):
             yield Static(Text(NO_ROLLOUTS, style="dim"), id="rollout-detail")
 
     def on_mount(self) -> None:
+        self.query_one("#rollouts-table", DataTable).focus()
+        self.query_one("#rollout-detail-pane").border_title = "detail"
+        self._draw()
         self.set_interval(1.0, self._tick, name="pause countdown")
 
     # --- state in ---
@@ -74,6 +80,8 @@ class RolloutsScreen(BaseScreen):
         table = self.query_one("#rollouts-table", DataTable)
         left = self._left()
         sync_rows(table, present.rows(self._views.values(), left))
+        active = sum(1 for view in self._views.values() if present.is_active(view))
+        table.border_title = f"Rollouts: {active} active, {len(self._views) - active} finished"
         self._draw_detail(left)
 
     def _draw_detail(self, left: Mapping[str, float | None]) -> None:
@@ -83,6 +91,7 @@ class RolloutsScreen(BaseScreen):
             detail.update(Text(NO_ROLLOUTS, style="dim"))
         else:
             detail.update(present.detail(view, left.get(str(view.id))))
+        self.query_one("#rollout-detail-pane").border_title = f"rollout {view.id}" if view else "detail"
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "rollouts-table":

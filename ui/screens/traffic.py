@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
@@ -44,10 +45,12 @@ class ControllerGeneration(Message):
 
 
 class TrafficScreen(BaseScreen):
-    BINDINGS = [Binding("w", "set_weights", "Set weights")]
+    HEADING = "Traffic"
+    FLEET_ACTIONS = frozenset({"set_weights"})
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("w", "set_weights", "set weights")]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(name="traffic")
         self._traffic: Mapping[str, TrafficView] = {}
         self._gateways: Mapping[str, GatewayView] = {}
         self._generation: int | None = None
@@ -55,14 +58,16 @@ class TrafficScreen(BaseScreen):
         self._drill_clock = Countdowns()
 
     def compose_body(self) -> ComposeResult:
-        yield Static(Text("weights", style="bold"), classes="section-title")
         yield set_columns(DataTable(id="traffic-table", cursor_type="row"), present.REVISION_COLUMNS)
         yield Static(Text(NO_TRAFFIC, style="dim"), id="traffic-empty")
         yield Static(id="traffic-drills")
-        yield Static(id="gateways-summary")
         yield set_columns(DataTable(id="gateways-table", cursor_type="row"), present.GATEWAY_COLUMNS)
 
     def on_mount(self) -> None:
+        table = self.query_one("#traffic-table", DataTable)
+        table.border_title = "Traffic: weights over class revisions"
+        table.focus()
+        self._draw()
         self.set_interval(1.0, self._tick, name="drill countdown")
         self.set_interval(GENERATION_EVERY_S, self._maybe_read_generation, name="routing generation")
 
@@ -126,10 +131,10 @@ class TrafficScreen(BaseScreen):
         drills.update(Text("\n").join(lines))
 
     def _draw_gateways(self) -> None:
-        summary = present.gateway_summary(self._gateways.values(), self._generation)
-        self.query_one("#gateways-summary", Static).update(Text.assemble(("gateways  ", "bold"), summary))
-        sync_rows(self.query_one("#gateways-table", DataTable),
-                  present.gateway_rows(self._gateways, self._generation))
+        table = self.query_one("#gateways-table", DataTable)
+        sync_rows(table, present.gateway_rows(self._gateways, self._generation))
+        table.border_title = Text.assemble("Gateways: ", present.gateway_summary(self._gateways.values(),
+                                                                              self._generation))
 
     # --- setting weights ---
 
