@@ -12,8 +12,8 @@ How data flows ("attributes down, messages up"):
 - The app, on the UI side, takes the whole inbox, applies it in order to `fleet` (a FleetState), and posts
   one `FleetChanged` for the batch (and a `ConnectionChanged` when the connection came or went). A burst
   that arrived while the screen was busy costs one refresh.
-- On FleetChanged it records the engines' history and hands the visible screen `refresh_from(fleet,
-  applied)`; a screen shown again gets `Applied(reset=True)` (ui/screens/base.py).
+- Each message applied is sampled into the engines' history; on FleetChanged the app hands the visible
+  screen `refresh_from(fleet, applied)`; a screen shown again gets `Applied(reset=True)` (ui/screens/base.py).
 
 Public attributes the screens use: `fleet`, `history`, `client` (AsyncControllerClient, None in tests
 that need none), `readonly` and `readonly_reason` ("--readonly", or "viewer token" once `whoami` says the
@@ -38,7 +38,7 @@ from textual.worker import Worker, WorkerState
 from fleetctl.client import DEFAULT_CONTROLLER, AsyncControllerClient
 from fleetctl.controller.responses import ClassRevisionView
 from fleetctl.errors import FleetError
-from fleetctl.watch_state import FleetState
+from fleetctl.watch_state import Applied, FleetState
 from ui import registry
 from ui.feed import Inbox, apply_batch
 from ui.history import EngineHistory
@@ -123,16 +123,18 @@ class FleetApp(App[None]):
                 self.post_message(StreamArrived())
 
     def on_stream_arrived(self, _message: StreamArrived) -> None:
-        batch = apply_batch(self.fleet, self._inbox.take(), self.stale_since)
+        batch = apply_batch(self.fleet, self._inbox.take(), self.stale_since, self._sample)
         self.stale_since = batch.stale_since
         if batch.connection is not None:
             self.post_message(batch.connection)
         if batch.applied is not None:
             self.post_message(FleetChanged(batch.applied))
 
+    def _sample(self, applied: Applied) -> None:
+        self.history.record(self.fleet, applied)
+
     def on_fleet_changed(self, message: FleetChanged) -> None:
         applied = message.applied
-        self.history.record(self.fleet, applied)
         screen = self.receiver()
         if screen is None:
             return
