@@ -91,12 +91,15 @@ class FleetApp(App[None]):
         self._owns_client = owns_client
         self._inbox = Inbox()
         self._back: deque[str] = deque(maxlen=BACK_STEPS)
+        self._names: dict[int, str] = {}  # id(installed screen) -> its registry name
 
     # --- start and stop ---
 
     def on_mount(self) -> None:
         for entry in registry.entries():
-            self.install_screen(entry.factory(), entry.name)
+            screen = entry.factory()
+            self.install_screen(screen, entry.name)
+            self._names[id(screen)] = entry.name
         self.push_screen("fleet")
         self._follow()
         if self.client is not None and not self.readonly:
@@ -211,8 +214,9 @@ class FleetApp(App[None]):
         current = self.screen_stack[-1]
         if current is target:
             return
-        if current.name:
-            self._back.append(current.name)
+        current_name = self.screen_name(current)
+        if current_name is not None:
+            self._back.append(current_name)
         self.switch_screen(name)
 
     def open_engine(self, key: str) -> None:
@@ -226,12 +230,16 @@ class FleetApp(App[None]):
             return
         while self._back:
             name = self._back.pop()
-            if name != self.screen.name:
+            if name != self.screen_name():
                 self.switch_screen(name)
                 return
 
+    def screen_name(self, screen: Screen | None = None) -> str | None:
+        """The registry name of `screen` (default: the current one); None for a detail or a modal."""
+        return self._names.get(id(self.screen if screen is None else screen))
+
     def _is_detail(self, screen: Screen) -> bool:
-        return isinstance(screen, BaseScreen) and not self.is_screen_installed(screen)
+        return isinstance(screen, BaseScreen) and self.screen_name(screen) is None
 
     def show_help(self) -> None:
         hidden = set()

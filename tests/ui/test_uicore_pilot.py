@@ -70,17 +70,17 @@ async def test_number_keys_and_the_command_line_switch_screens() -> None:
     async with running(Script(small_fleet())) as pilot:
         app = pilot.app
         await pilot.press("2")
-        assert app.screen.name == "rollouts"
+        assert app.screen_name() == "rollouts"
         await pilot.press("5")
-        assert app.screen.name == "events"
+        assert app.screen_name() == "events"
         await pilot.press("escape")  # back to where it came from
-        assert app.screen.name == "rollouts"
+        assert app.screen_name() == "rollouts"
         await pilot.press(":", *"canary", "enter")
-        assert app.screen.name == "quality"
+        assert app.screen_name() == "quality"
         await pilot.press(":", *"no", "enter")
-        assert app.screen.name == "fleet"
+        assert app.screen_name() == "fleet"
         await pilot.press(":", *"nosuch", "enter")
-        assert app.screen.name == "fleet"
+        assert app.screen_name() == "fleet"
         await pilot.press(":", "q", "enter")
         await pilot.pause()
         assert app.return_code == 0
@@ -90,7 +90,7 @@ async def test_a_command_can_switch_and_filter() -> None:
     async with running(Script(small_fleet())) as pilot:
         await pilot.press("2", ":", *"fleet state:failed", "enter")
         await pilot.pause()
-        assert pilot.app.screen.name == "fleet"
+        assert pilot.app.screen_name() == "fleet"
         assert fleet_table(pilot.app).keys == ["node-2/e-3"]
 
 
