@@ -12,8 +12,8 @@ How data flows ("attributes down, messages up"):
 - The app, on the UI side, takes the whole inbox, applies it in order to `fleet` (a FleetState), and posts
   one `FleetChanged` for the batch (and a `ConnectionChanged` when the connection came or went). A burst
   that arrived while the screen was busy costs one refresh.
-- On FleetChanged it records the engines' history and hands the visible screen `refresh_from(fleet,
-  applied)`; a screen shown again gets `Applied(reset=True)` (ui/screens/base.py).
+- Each message applied is sampled into the engines' history; on FleetChanged the app hands the visible
+  screen `refresh_from(fleet, applied)`; a screen shown again gets `Applied(reset=True)` (ui/screens/base.py).
 
 Public attributes the screens use: `fleet`, `history`, `client` (AsyncControllerClient, None in tests
 that need none), `readonly` and `readonly_reason` ("--readonly", or "viewer token" once `whoami` says the
@@ -38,7 +38,7 @@ from textual.worker import Worker, WorkerState
 from fleetctl.client import DEFAULT_CONTROLLER, AsyncControllerClient
 from fleetctl.controller.responses import ClassRevisionView
 from fleetctl.errors import FleetError
-from fleetctl.watch_state import FleetState
+from fleetctl.watch_state import Applied, FleetState
 from ui import registry
 from ui.feed import Inbox, apply_batch
 from ui.history import EngineHistory
@@ -91,12 +91,15 @@ class FleetApp(App[None]):
         self._owns_client = owns_client
         self._inbox = Inbox()
         self._back: deque[str] = deque(maxlen=BACK_STEPS)
+        self._names: dict[int, str] = {}  # id(installed screen) -> its registry name
 
     # --- start and stop ---
 
     def on_mount(self) -> None:
         for entry in registry.entries():
-            self.install_screen(entry.factory(), entry.name)
+            screen = entry.factory()
+            self.install_screen(screen, entry.name)
+            self._names[id(screen)] = entry.name
         self.push_screen("fleet")
         self._follow()
         if self.client is not None and not self.readonly:
@@ -123,16 +126,18 @@ class FleetApp(App[None]):
                 self.post_message(StreamArrived())
 
     def on_stream_arrived(self, _message: StreamArrived) -> None:
-        batch = apply_batch(self.fleet, self._inbox.take(), self.stale_since)
+        batch = apply_batch(self.fleet, self._inbox.take(), self.stale_since, self._sample)
         self.stale_since = batch.stale_since
         if batch.connection is not None:
             self.post_message(batch.connection)
         if batch.applied is not None:
             self.post_message(FleetChanged(batch.applied))
 
+    def _sample(self, applied: Applied) -> None:
+        self.history.record(self.fleet, applied)
+
     def on_fleet_changed(self, message: FleetChanged) -> None:
         applied = message.applied
-        self.history.record(self.fleet, applied)
         screen = self.receiver()
         if screen is None:
             return
@@ -209,8 +214,9 @@ class FleetApp(App[None]):
         current = self.screen_stack[-1]
         if current is target:
             return
-        if current.name:
-            self._back.append(current.name)
+        current_name = self.screen_name(current)
+        if current_name is not None:
+            self._back.append(current_name)
         self.switch_screen(name)
 
     def open_engine(self, key: str) -> None:
@@ -224,12 +230,16 @@ class FleetApp(App[None]):
             return
         while self._back:
             name = self._back.pop()
-            if name != self.screen.name:
+            if name != self.screen_name():
                 self.switch_screen(name)
                 return
 
+    def screen_name(self, screen: Screen | None = None) -> str | None:
+        """The registry name of `screen` (default: the current one); None for a detail or a modal."""
+        return self._names.get(id(self.screen if screen is None else screen))
+
     def _is_detail(self, screen: Screen) -> bool:
-        return isinstance(screen, BaseScreen) and not self.is_screen_installed(screen)
+        return isinstance(screen, BaseScreen) and self.screen_name(screen) is None
 
     def show_help(self) -> None:
         hidden = set()

@@ -9,6 +9,7 @@ and a disconnect is never reordered against the messages around it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,8 +58,10 @@ class Batch:
     connection: ConnectionChanged | None  # to post: the connection changed, or a disconnect says more
 
 
-def apply_batch(fleet: FleetState, items: list[Any], stale_since: datetime | None) -> Batch:
-    """Apply `items` (in order) to `fleet`. `stale_since` is the connection before the batch."""
+def apply_batch(fleet: FleetState, items: list[Any], stale_since: datetime | None,
+                each: Callable[[Applied], None] | None = None) -> Batch:
+    """Apply `items` (in order) to `fleet`. `stale_since` is the connection before the batch; `each` is
+    called after every message with what it changed (the engine history samples each one)."""
     applied: Applied | None = None
     was_stale = stale_since
     last_disconnect: Any = None
@@ -66,6 +69,8 @@ def apply_batch(fleet: FleetState, items: list[Any], stale_since: datetime | Non
         if isinstance(item, WATCH_MESSAGES):
             stale_since, last_disconnect = None, None
             result = fleet.apply(item)
+            if each is not None:
+                each(result)
             applied = result if applied is None else merge(applied, result)
         else:  # a Disconnected: (error, at, retry_in_s); the stale period starts at the first one
             stale_since = stale_since or item.at

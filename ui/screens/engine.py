@@ -75,7 +75,7 @@ def class_text(view: ClassRevisionView, drifted: Iterable[str]) -> Text:
     """The revision's fields, correctness-tagged ones marked, drifted ones noted."""
     tags = field_tags()
     drifted_fields = set(drifted)
-    text = Text(f"{view.ref} (digest {view.digest[:12]}, by {view.created_by})\n", style="bold")
+    text = Text(f"{view.ref} (digest {view.digest[:12]})\n", style="bold")
     text.append(f"{MARK} correctness: can change the tokens a request gets\n", style="italic")
     for name, value in view.spec.items():
         if name == ENGINE_ARGS:

@@ -63,6 +63,8 @@ class FleetScreen(BaseScreen):
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
         if not (applied.reset or applied.touches("engine") or applied.touches("node")):
             return
+        if self.rows.filter_text != self.filter_text:  # set before the screen was first shown
+            self.rows.set_filter(self.filter_text)
         order_before = self.rows.order
         changed = self.rows.update(fleet, applied)
         table = self.table

@@ -48,7 +48,7 @@ class CommandLine(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Static(":", id="prompt-mode")
-        yield Input(id="prompt-input", compact=True)
+        yield Input(id="prompt-input", compact=True, select_on_focus=False)
 
     @property
     def input(self) -> Input:

@@ -1,0 +1,105 @@
+"""The Fleet screen's rows (ui/fleet_rows.py) and how its columns fit (ui/columns.py): pure, no terminal."""
+
+from __future__ import annotations
+
+from uicore_data import DRIFT, change, delta, engine, node, small_fleet
+
+from fleetctl.watch_state import FleetState
+from ui.columns import fit, line
+from ui.fleet_rows import COLUMNS, DRAINING, DRIFTED, ERROR, NORMAL, PENDING, FleetRows, natural, parse_filter
+
+
+def rows_of(snapshot=None) -> tuple[FleetState, FleetRows]:
+    fleet, rows = FleetState(), FleetRows()
+    rows.update(fleet, fleet.apply(snapshot or small_fleet()))
+    return fleet, rows
+
+
+def test_one_row_per_engine_plus_empty_nodes_in_natural_order() -> None:
+    _, rows = rows_of()
+    assert rows.order == ["node-1/e-1", "node-1/e-2", "node-2/e-3", "node-2/e-4", "node-3/", "node-10/e-5",
+                          "node-10/e-6"]
+    assert natural("node-2") < natural("node-10")
+
+
+def test_states_and_tones() -> None:
+    _, rows = rows_of()
+    tone = {key: row.tone for key, row in rows.rows.items()}
+    assert tone == {"node-1/e-1": NORMAL, "node-1/e-2": NORMAL, "node-2/e-3": ERROR, "node-2/e-4": DRAINING,
+                    "node-3/": ERROR, "node-10/e-5": PENDING, "node-10/e-6": DRIFTED}
+    assert rows.rows["node-2/e-4"].state == "draining"  # marked for drain, still ready
+    assert rows.rows["node-3/"].state == "down"
+    assert rows.rows["node-2/e-3"].cordoned
+
+
+def test_an_engine_on_a_node_that_goes_down_reads_node_down() -> None:
+    fleet, rows = rows_of()
+    changed = rows.update(fleet, fleet.apply(delta(change("node", "node-1", {"state": "down"}))))
+    assert changed == {"node-1/e-1", "node-1/e-2"}
+    assert rows.rows["node-1/e-1"].state == "node down" and rows.rows["node-1/e-1"].tone == ERROR
+
+
+def test_filter_terms() -> None:
+    _, rows = rows_of()
+    rows.set_filter("role:decode")
+    assert rows.order == ["node-1/e-2", "node-2/e-3", "node-10/e-5"]
+    rows.set_filter("role:decode state:failed")
+    assert rows.order == ["node-2/e-3"]
+    rows.set_filter("r2")  # plain text: any field (here the class)
+    assert rows.order == ["node-10/e-5"]
+    rows.set_filter("node-1 !role:prefill")
+    assert rows.order == ["node-1/e-2", "node-10/e-5", "node-10/e-6"]
+    rows.set_filter("")
+    assert len(rows.order) == 7
+    assert parse_filter("Role:Decode bogus:x") == parse_filter("role:decode bogus:x")
+
+
+def test_sort_by_a_metric_unknowns_last_and_reversed() -> None:
+    _, rows = rows_of()
+    rows.set_sort("ttft")
+    assert rows.order[:4] == ["node-1/e-1", "node-2/e-4", "node-10/e-6", "node-1/e-2"]  # 0.12 (ties by name), 0.45
+    assert set(rows.order[4:]) == {"node-2/e-3", "node-3/", "node-10/e-5"}  # unknown TTFT
+    rows.set_sort("kv", reverse=True)
+    assert rows.order[0] == "node-2/e-4"  # 90%
+
+
+def test_a_delta_reorders_only_when_a_sort_value_moves() -> None:
+    fleet, rows = rows_of()
+    rows.set_sort("kv", reverse=True)
+    before = rows.order
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-1/e-1", {"restarts": 1}))))
+    assert rows.order is before  # nothing the sort reads changed: same order object
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-1/e-1", {
+        "metrics": {"num_requests_running": 1, "num_requests_waiting": 0, "kv_cache_usage_perc": 0.99}}))))
+    assert rows.order[0] == "node-1/e-1"
+
+
+def test_engines_come_and_go_and_empty_nodes_get_their_own_row() -> None:
+    fleet, rows = rows_of()
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-3/e-9", engine("node-3", "e-9"), op="put"))))
+    assert "node-3/e-9" in rows.order and "node-3/" not in rows.order
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-3/e-9", None, op="delete"))))
+    assert "node-3/" in rows.order and "node-3/e-9" not in rows.order
+    rows.update(fleet, fleet.apply(delta(change("node", "node-4", node("node-4", engines=0), op="put"))))
+    assert "node-4/" in rows.order
+
+
+def test_cells_at_80_and_200_columns() -> None:
+    _, rows = rows_of()
+    narrow = fit(COLUMNS, 77, rows.wanted_widths())
+    # ITL does not fit at 77 cells; the narrower DRIFT (priority 3) still does
+    assert [f.column.key for f in narrow] == ["node", "engine", "role", "class", "state", "drift", "queue", "kv", "ttft"]
+    assert sum(f.width for f in narrow) + len(narrow) - 1 <= 77
+    wide = fit(COLUMNS, 197, rows.wanted_widths())
+    assert [f.column.key for f in wide] == [c.key for c in COLUMNS]
+    cells, tone = rows.cells("node-10/e-6", wide)
+    assert tone == DRIFTED
+    text = line(wide, cells)
+    assert "max_num_seqs" in text and "45%" in text and "120ms" in text and "21ms" in text
+    node_cells, _ = rows.cells("node-2/e-3", narrow)
+    assert node_cells[0] == "node-2 ⊘"
+
+
+def test_drift_reads_the_fields() -> None:
+    _, rows = rows_of()
+    assert rows.rows["node-10/e-6"].drift == (DRIFT[0]["field"],)
