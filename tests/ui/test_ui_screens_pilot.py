@@ -78,7 +78,7 @@ async def test_quality_shows_not_measured_never_blank() -> None:
         assert isinstance(screen, QualityScreen)
         grid = screen.query_one("#quality-grid", DataTable)
         chat_r2 = [cell.plain for cell in grid.get_row(f"{MODEL}/chat@r2")]
-        assert chat_r2 == [MODEL, "chat@r2", "◆ drifting", "not measured", "✖ failing", "not measured", "·"]
+        assert chat_r2 == ["  chat@r2", "◆ drifting", "not measured", "✖ failing", "not measured", "·"]
         assert all(cell.plain.strip() for row in grid.rows for cell in grid.get_row(row))
         assert "drill 4: misroute 15%" in text_of(screen.query_one("#quality-drills", Static))
 
@@ -90,7 +90,7 @@ async def test_the_evidence_follows_the_cursor() -> None:
         await pilot.pause()
         grid = app.screen.query_one("#quality-grid", DataTable)
         grid.focus()
-        grid.move_cursor(row=grid.get_row_index(f"{MODEL}/chat@r2"), column=4)  # b8
+        grid.move_cursor(row=grid.get_row_index(f"{MODEL}/chat@r2"), column=3)  # b8
         await pilot.pause()
         evidence = text_of(app.screen.query_one("#quality-evidence", Static))
         assert "chat@r2 b8" in evidence and "bad 9 of 40 probes" in evidence and "blamed: chat@r2 chat-2" in evidence

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rich.table import Table
 from rich.text import Text
 
 from fleetctl.controller.watch_contract import FleetEventView
@@ -66,10 +67,28 @@ def select(events: Iterable[FleetEventView], event_filter: EventFilter) -> list[
 
 
 def line(event: FleetEventView) -> Text:
-    """'12:03:04 alert   canary  smollm2/chat@r2 b8  drifting -> failing ...  (alice)'."""
+    """'12:03:04 alert   canary  chat@r2  b8: healthy -> failing ...  (alice)'."""
     style = SEVERITY_STYLES.get(event.severity, "")
     text = Text.assemble((clock_time(event.at), "dim"), " ", (f"{event.severity:<7}", style or "dim"), " ",
-                         (f"{event.source:<7}", "dim"), " ", (event.subject, "bold"), "  ", (event.message, style))
+                         (f"{event.source:<7}", "dim"), " ")
+    return text.append_text(what(event))
+
+
+def what(event: FleetEventView) -> Text:
+    style = SEVERITY_STYLES.get(event.severity, "")
+    text = Text.assemble((event.subject, "bold"), "  ", (event.message, style))
     if event.actor:
         text.append(f"  ({event.actor})", style="dim")
     return text
+
+
+def row(event: FleetEventView) -> Table:
+    """The event as the log shows it: `line`'s columns, the subject and message wrapped in the last one."""
+    style = SEVERITY_STYLES.get(event.severity, "")
+    grid = Table.grid(padding=(0, 1), expand=True)
+    for width in (8, 7, 7):
+        grid.add_column(width=width, no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row(Text(clock_time(event.at), style="dim"), Text(event.severity, style=style or "dim"),
+                 Text(event.source, style="dim"), what(event))
+    return grid

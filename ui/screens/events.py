@@ -36,7 +36,9 @@ class EventsScreen(BaseScreen):
         self._shown = 0
 
     def compose_body(self) -> ComposeResult:
-        yield RichLog(id="events-log", max_lines=EVENTS_KEPT, wrap=False, auto_scroll=False, markup=False)
+        # min_width: RichLog renders at least 78 cells wide by default, wider than the log at 80 columns
+        yield RichLog(id="events-log", max_lines=2 * EVENTS_KEPT, min_width=20, wrap=True, auto_scroll=False,
+                      markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#events-log", RichLog).anchor()  # follows the bottom until scrolled up (Textual's anchor)
@@ -61,7 +63,7 @@ class EventsScreen(BaseScreen):
     def _append(self, events: list[FleetEventView]) -> None:
         log = self.query_one("#events-log", RichLog)
         for event in events:
-            log.write(present.line(event), scroll_end=False)  # the anchor follows, unless scrolled up
+            log.write(present.row(event), expand=True, scroll_end=False)  # the anchor follows, unless scrolled up
         self._shown = min(self._shown + len(events), EVENTS_KEPT)
         self._draw_title()
 
