@@ -38,7 +38,21 @@ def serve(settings: ControllerSettings, log_level: str = "info", access_log: boo
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     app = create_app(settings)
     quiet_garbage_collector()
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+    ControllerServer(config, app.state.runtime).run()
+
+
+class ControllerServer(uvicorn.Server):
+    """uvicorn's server, ending the change stream's connections first when it shuts down: uvicorn waits for
+    open responses to finish before it stops, and a watch stream would never finish by itself."""
+
+    def __init__(self, config: uvicorn.Config, runtime: ControllerRuntime):
+        super().__init__(config)
+        self.runtime = runtime
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.runtime.watch.close()
+        await super().shutdown(sockets)
 
 
 def quiet_garbage_collector() -> None:
@@ -75,14 +89,15 @@ class ServerThread:
             client = ControllerClient(server.url, token)
     """
 
-    def __init__(self, settings: ControllerSettings):
+    def __init__(self, settings: ControllerSettings, runtime: ControllerRuntime | None = None):
+        """`runtime`: one built by the caller over these settings (e.g. with a test clock); default a new one."""
         if settings.port == 0:
             settings = settings.model_copy(update={"port": free_port(settings.host)})
         self.settings = settings
-        self.runtime = ControllerRuntime(settings)
+        self.runtime = runtime if runtime is not None else ControllerRuntime(settings)
         config = uvicorn.Config(create_app(runtime=self.runtime), host=settings.host, port=settings.port,
                                 log_level="warning", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = ControllerServer(config, self.runtime)
         self._thread = threading.Thread(target=self._server.run, name="fleetctl-controller", daemon=True)
 
     @property
