@@ -1,0 +1,168 @@
+"""The Quality screen's content: the canary's verdicts as a grid (a row per class revision of each model and
+one for the model's production stream; a column per batch condition, and `mixed` for production), the
+evidence of one stream, and the drills in effect.
+
+A stream that has no verdict yet, or that the grid expects but the controller did not send, reads
+"not measured": never blank, never green. A cell that no stream can fill (production has no batch
+conditions; pinned streams have no `mixed`) is a dim dot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from fleetctl.canary.types import BATCH_CONDITIONS, condition_label
+from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView
+from ui.present.timefmt import NONE, clock_time, duration
+
+PRODUCTION = "production"
+MIXED = "mixed"
+NOT_MEASURED = "not measured"
+NOT_APPLICABLE = "·"
+VERDICTS = {"healthy": ("✔ healthy", "green"), "drifting": ("◆ drifting", "bold dark_orange"),
+            "failing": ("✖ failing", "bold orange_red1"), "not_measured": (NOT_MEASURED, "dim italic")}
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """One row: `cells` maps a column (b1, b4, ..., mixed) to the stream key there, None where the row
+    expects a stream that was not sent, or is absent where no stream belongs."""
+
+    key: str  # "model/class_ref" or "model/production"
+    model: str
+    revision: str  # the class revision, or "production"
+    cells: dict[str, str | None]
+
+
+def columns(streams: Iterable[CanaryStreamView]) -> list[str]:
+    """b1, b4, b8, b16 (and any other condition a stream names, in order), then mixed."""
+    conditions = set(BATCH_CONDITIONS) | {s.condition for s in streams if s.condition is not None}
+    return [condition_label(c) for c in sorted(conditions)] + [MIXED]
+
+
+def grid(streams: Mapping[str, CanaryStreamView]) -> tuple[list[str], list[GridRow]]:
+    """The columns and rows of the grid, models in name order, each model's class revisions in order and
+    its production row last."""
+    cols = columns(streams.values())
+    pinned_cols = [c for c in cols if c != MIXED]
+    by_row: dict[tuple[str, str], dict[str, str]] = {}
+    for key, stream in streams.items():
+        revision = stream.class_ref if stream.kind == "pinned" and stream.class_ref else PRODUCTION
+        by_row.setdefault((stream.model, revision), {})[stream.batch] = key
+    for model in {model for model, _ in by_row}:
+        by_row.setdefault((model, PRODUCTION), {})  # every model has a production stream to show
+    rows = []
+    for (model, revision), found in sorted(by_row.items(), key=lambda item: _row_order(*item[0])):
+        expected = [MIXED] if revision == PRODUCTION else pinned_cols
+        cells: dict[str, str | None] = {col: found.get(col) for col in expected}
+        rows.append(GridRow(f"{model}/{revision}", model, revision, cells))
+    return cols, rows
+
+
+def _row_order(model: str, revision: str) -> tuple[str, int, int, str]:
+    if revision == PRODUCTION:
+        return model, 1, 0, ""
+    name, _, number = revision.rpartition("@r")
+    return model, 0, int(number) if number.isdigit() else 0, name or revision
+
+
+def verdict_text(stream: CanaryStreamView | None) -> Text:
+    """The cell of a stream: its verdict, or "not measured" when it has none (or was not sent)."""
+    label, style = VERDICTS["not_measured" if stream is None else stream.verdict]
+    return Text(label, style=style)
+
+
+def cells(row: GridRow, cols: list[str], streams: Mapping[str, CanaryStreamView]) -> tuple[Text, ...]:
+    out = [Text(row.model), Text(row.revision, style="bold" if row.revision == PRODUCTION else "")]
+    for col in cols:
+        if col not in row.cells:
+            out.append(Text(NOT_APPLICABLE, style="dim"))
+        else:
+            key = row.cells[col]
+            out.append(verdict_text(streams.get(key) if key else None))
+    return tuple(out)
+
+
+def stream_at(row: GridRow, column: str | None) -> str | None:
+    """The stream key under the cursor: the cell's, or the row's first stream when the cursor is on the
+    model or revision column (or on a dot)."""
+    if column is not None and row.cells.get(column):
+        return row.cells[column]
+    return next((key for key in row.cells.values() if key), None)
+
+
+# --- the selected stream ---
+
+def evidence(stream: CanaryStreamView | None, where: str) -> Text:
+    """What the tests say of a stream: verdict, since, blamed, statistic against threshold, bad of probes."""
+    if stream is None:
+        return Text(f"{where}: {NOT_MEASURED} (no probes scored for this stream yet)", style="dim")
+    line = Text.assemble((f"{_stream_name(stream)}  ", "bold"), verdict_text(stream))
+    if stream.since:
+        line.append(f"  since {clock_time(stream.since)}", style="dim")
+    lines = [line]
+    if stream.blamed:
+        lines.append(Text(f"blamed: {stream.blamed}", style="bold orange_red1"))
+    ev = stream.evidence
+    if ev is None:
+        lines.append(Text(f"{NOT_MEASURED}: no reference to judge this stream by", style="dim"))
+        return Text("\n").join(lines)
+    lines.append(_statistic("divergence", ev.statistic, ev.threshold))
+    if ev.answer_statistic is not None and ev.answer_threshold is not None:
+        lines.append(_statistic("answers", ev.answer_statistic, ev.answer_threshold))
+    lines.append(Text(f"bad {ev.bad} of {ev.probes} probes" + _first_divergence(ev.first_divergence),
+                      style="orange_red1" if ev.bad else ""))
+    if ev.bad_prompts:
+        worst = sorted(ev.bad_prompts.items(), key=lambda item: (-item[1], item[0]))[:5]
+        lines.append(Text("worst prompts: " + ", ".join(f"{p} ({n})" for p, n in worst), style="dim"))
+    if ev.served_by:
+        served = sorted(ev.served_by.items(), key=lambda item: (-item[1], item[0]))[:5]
+        lines.append(Text("bad answers served by: " + ", ".join(f"{who} ({n})" for who, n in served)))
+    return Text("\n").join(lines)
+
+
+def _stream_name(stream: CanaryStreamView) -> str:
+    if stream.kind == "production":
+        return f"{stream.model} production ({stream.batch})"
+    return f"{stream.model} {stream.class_ref} {stream.batch}"
+
+
+def _statistic(name: str, value: float, threshold: float) -> Text:
+    over = value >= threshold
+    return Text(f"{name} statistic {value:.3g} vs threshold {threshold:.3g}" + ("  (over)" if over else ""),
+                style="orange_red1" if over else "")
+
+
+def _first_divergence(position: int | None) -> str:
+    return "" if position is None else f"; first divergence at token {position}"
+
+
+# --- drills, and the plain "not measured" of a fleet without canary data ---
+
+def drill_lines(drills: Iterable[DrillView], left: Mapping[str, float | None]) -> list[Text]:
+    """The drills in effect, each with its time left."""
+    lines = []
+    for drill in sorted((d for d in drills if d.active), key=lambda d: d.id):
+        remaining = left.get(str(drill.id))
+        lines.append(Text.assemble(("⚑ ", "bold magenta"), (drill.description, "magenta"),
+                                   (f"  {duration(remaining)} left" if remaining is not None else "", "yellow")))
+    return lines
+
+
+def no_data(flags: Mapping[str, FlagView]) -> Text:
+    probes = flags.get("canary-probes")
+    why = ("canary probes are off (flag canary-probes=false)" if probes is not None and probes.value is False
+           else "no canary streams yet: a golden set and a recorded reference are needed (docs/canary.md)")
+    return Text.assemble((f"{NOT_MEASURED}: ", "bold"), why)
+
+
+def summary(streams: Mapping[str, CanaryStreamView]) -> Text:
+    """'12 streams: 10 healthy, 1 drifting, 1 not measured'."""
+    counts: dict[str, int] = {}
+    for stream in streams.values():
+        counts[stream.verdict] = counts.get(stream.verdict, 0) + 1
+    parts = [f"{counts[v]} {v.replace('_', ' ')}" for v in VERDICTS if counts.get(v)]
+    return Text(f"{len(streams)} streams: " + (", ".join(parts) or NONE))

@@ -1,0 +1,109 @@
+"""The Quality screen: the canary's verdicts as a grid (a row per class revision of each model and one for
+its production stream; a column per batch condition b1/b4/b8/b16, and `mixed` for production), the
+evidence of the stream under the cursor (each test's statistic against its threshold, bad of probes, the
+worst prompts, who is blamed), and the drills in effect with their time left.
+
+A stream without a verdict reads "not measured", never blank and never green; a fleet without canary
+data says "not measured" plainly, and why when it can tell (probes switched off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from fleetctl.controller.responses import CanaryStreamView, DrillView
+from fleetctl.watch_state import Applied, FleetState
+from ui.present import quality as present
+from ui.present.timefmt import Countdowns
+from ui.screens.base import BaseScreen
+from ui.widgets.table_sync import set_columns, sync_rows
+
+KINDS = ("canary_stream", "drill", "flag")
+
+
+class QualityScreen(BaseScreen):
+    HEADING = "Quality"
+
+    def __init__(self) -> None:
+        super().__init__(name="quality")
+        self._streams: Mapping[str, CanaryStreamView] = {}
+        self._drills: Mapping[str, DrillView] = {}
+        self._columns: list[str] = []
+        self._rows: list[present.GridRow] = []
+        self._drill_clock = Countdowns()
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(Text(present.NOT_MEASURED, style="dim"), id="quality-empty")
+        yield DataTable(id="quality-grid", cursor_type="cell")
+        with VerticalScroll(id="quality-evidence-pane"):
+            yield Static(id="quality-evidence")
+        yield Static(id="quality-drills")
+
+    def on_mount(self) -> None:
+        self.query_one("#quality-grid", DataTable).focus()
+        self.query_one("#quality-evidence-pane").border_title = "evidence"
+        self.set_interval(1.0, self._tick, name="drill countdown")
+
+    def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
+        if not any(applied.touches(kind) for kind in KINDS):
+            return
+        now = self.app.clock()
+        self._streams, self._drills = fleet.canary_streams(), fleet.drills()
+        for key, drill in self._drills.items():
+            self._drill_clock.observe(key, drill.remaining_s if drill.active else None, now)
+        self._drill_clock.keep_only(self._drills)
+        self._draw_grid(fleet)
+        self._draw_drills()
+
+    def _draw_grid(self, fleet: FleetState) -> None:
+        table = self.query_one("#quality-grid", DataTable)
+        empty = self.query_one("#quality-empty", Static)
+        measured = bool(self._streams)
+        table.display = self.query_one("#quality-evidence-pane").display = measured
+        empty.display = not measured
+        if not measured:
+            self._columns, self._rows = [], []
+            empty.update(present.no_data(fleet.flags()))
+            return
+        table.border_title = Text.assemble("Quality: ", present.summary(self._streams))
+        self._columns, self._rows = present.grid(self._streams)
+        set_columns(table, ["MODEL", "REVISION", *self._columns])
+        sync_rows(table, [(row.key, present.cells(row, self._columns, self._streams)) for row in self._rows])
+        self._draw_evidence()
+
+    def _tick(self) -> None:
+        if any(drill.active for drill in self._drills.values()):
+            self._draw_drills()
+
+    def _draw_drills(self) -> None:
+        now = self.app.clock()
+        left = {key: self._drill_clock.left(key, now) for key in self._drills}
+        lines = present.drill_lines(self._drills.values(), left)
+        drills = self.query_one("#quality-drills", Static)
+        drills.display = bool(lines)
+        drills.update(Text("\n").join(lines))
+
+    def selected_stream(self) -> tuple[str | None, str]:
+        """(the stream key under the cursor, how to name the cell when it has no stream)."""
+        table = self.query_one("#quality-grid", DataTable)
+        if not self._rows or table.row_count == 0:
+            return None, ""
+        row = self._rows[min(max(table.cursor_row, 0), len(self._rows) - 1)]
+        index = table.cursor_column - 2
+        column = self._columns[index] if 0 <= index < len(self._columns) else None
+        where = f"{row.model} {row.revision}" + (f" {column}" if column else "")
+        return present.stream_at(row, column), where
+
+    def _draw_evidence(self) -> None:
+        key, where = self.selected_stream()
+        stream = self._streams.get(key) if key else None
+        self.query_one("#quality-evidence", Static).update(present.evidence(stream, where) if where else "")
+
+    def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
+        if event.data_table.id == "quality-grid":
+            self._draw_evidence()
