@@ -86,7 +86,7 @@ class FleetApp(App[None]):
         self.connection_error: str | None = None
         self.retry_in_s: float | None = None
         self.clock = clock
-        self.classes: OrderedDict[str, ClassRevisionView] = OrderedDict()
+        self.class_revisions: OrderedDict[str, ClassRevisionView] = OrderedDict()
         self._source = source
         self._owns_client = owns_client
         self._inbox = Inbox()
@@ -197,10 +197,10 @@ class FleetApp(App[None]):
     # --- class revisions (fetched by the engine detail, kept here) ---
 
     def remember_class(self, view: ClassRevisionView) -> None:
-        self.classes[view.ref] = view
-        self.classes.move_to_end(view.ref)
-        while len(self.classes) > CLASSES_CACHED:
-            self.classes.popitem(last=False)
+        self.class_revisions[view.ref] = view
+        self.class_revisions.move_to_end(view.ref)
+        while len(self.class_revisions) > CLASSES_CACHED:
+            self.class_revisions.popitem(last=False)
 
     # --- navigation ---
 
@@ -251,6 +251,7 @@ class FleetApp(App[None]):
             if self.readonly:
                 hidden = set(getattr(factory, "FLEET_ACTIONS", ()))
             keys = [(key, what) for key, what in screen_keys(factory, hidden) if key not in shared]
+            keys += list(getattr(factory, "HELP_EXTRA", ()))
             aliases = ", ".join((entry.name, *entry.aliases))
             sections.append((f"{entry.key} {entry.title} (:{aliases})", keys))
         sections.append(("Engine detail (enter on the Fleet screen)",

@@ -44,6 +44,8 @@ COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 SORT_LETTERS = {"N": "node", "E": "engine", "R": "role", "C": "class", "S": "state", "Q": "queue", "K": "kv",
                 "H": "hit", "T": "ttft", "I": "itl"}
 FILTER_FIELDS = ("node", "engine", "model", "role", "class", "state")
+FIELD_ATTRIBUTES = {"node": "node", "engine": "engine", "model": "model", "role": "role", "class": "class_ref",
+                    "state": "state"}
 
 # Row tones (the table colours them; ui/fleet.tcss): failed or node down, draining, starting, drifted, stopped.
 ERROR, DRAINING, PENDING, DRIFTED, STOPPED, NORMAL = "error", "draining", "pending", "drifted", "stopped", ""
@@ -77,8 +79,7 @@ class FleetRow:
     names: tuple[Any, ...]  # natural sort key of (node, engine): the tie-break of every sort
 
     def field(self, name: str) -> str:
-        return {"node": self.node, "engine": self.engine, "model": self.model, "role": self.role,
-                "class": self.class_ref, "state": self.state}[name]
+        return getattr(self, FIELD_ATTRIBUTES[name])
 
     def sort_value(self, column: str) -> Any:
         """The value sorted on (None: not known; sorted last)."""
@@ -95,7 +96,9 @@ class FleetRow:
         return getattr(self, column)
 
 
-def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None) -> FleetRow:
+def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None,
+               names: tuple[Any, ...] | None = None) -> FleetRow:
+    """`names`: the row's natural sort key when known already (an engine keeps its node and name)."""
     metrics = raw.get("metrics") or {}
     rates = raw.get("rates") or {}
     node_name = str(raw.get("node", ""))
@@ -105,7 +108,8 @@ def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None)
         state = "node down"
     elif raw.get("drain") and state in ("ready", "starting", "pending"):
         state = "draining"
-    drift = tuple(dict.fromkeys(str(d.get("field")) for d in raw.get("drift") or []))
+    entries = raw.get("drift")
+    drift = tuple(dict.fromkeys(str(d.get("field")) for d in entries)) if entries else ()
     return FleetRow(
         key=key, node=node_name, engine=str(raw.get("name", "")), model=str(raw.get("model", "")),
         role=str(raw.get("role", "")), class_ref=str(raw.get("class_ref", "")), state=state,
@@ -113,7 +117,8 @@ def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None)
         running=_number(metrics.get("num_requests_running")), waiting=_number(metrics.get("num_requests_waiting")),
         kv=_number(metrics.get("kv_cache_usage_perc")), hit=_number(rates.get("prefix_hit_rate")),
         ttft=_number(rates.get("ttft_s")), itl=_number(rates.get("itl_s")),
-        restarts=_int(raw.get("restarts")), names=(natural(node_name), natural(str(raw.get("name", "")))),
+        restarts=_int(raw.get("restarts")),
+        names=names or (natural(node_name), natural(str(raw.get("name", "")))),
     )
 
 
@@ -142,8 +147,10 @@ def _tone(state: str, drifted: bool, node: Mapping[str, Any] | None) -> str:
 
 
 def _number(value: Any) -> float | None:
+    if value is None or type(value) is float:  # the common cases, first (this runs for every cell of a delta)
+        return value
     try:
-        return None if value is None else float(value)
+        return float(value)
     except (TypeError, ValueError):
         return None
 
@@ -211,7 +218,8 @@ class FleetRows:
         column = self.sort_column
         known = [row for row in visible if row.sort_value(column) is not None]
         unknown = [row for row in visible if row.sort_value(column) is None]
-        known.sort(key=lambda row: (row.sort_value(column), row.names), reverse=self.reverse)
+        known.sort(key=lambda row: row.names)  # ties in name order, in either direction (the sort is stable)
+        known.sort(key=lambda row: row.sort_value(column), reverse=self.reverse)
         unknown.sort(key=lambda row: row.names)
         self.order = [row.key for row in known + unknown]
 
@@ -260,7 +268,8 @@ class FleetRows:
         changed.add(key)
         if raw is None:
             return old is not None
-        row = engine_row(key, raw, nodes.get(str(raw.get("node", ""))))
+        node = str(raw.get("node", ""))
+        row = engine_row(key, raw, nodes.get(node), old.names if old is not None and old.node == node else None)
         self.rows[key] = row
         self._engines_of.setdefault(row.node, set()).add(key)
         if self.rows.pop(f"{row.node}/", None) is not None:
@@ -275,7 +284,7 @@ class FleetRows:
         keys = self._engines_of.get(name) or set()
         for key in keys:
             old = self.rows[key]
-            row = engine_row(key, engines[key], node)
+            row = engine_row(key, engines[key], node, old.names)
             self.rows[key] = row
             changed.add(key)
             moved |= self._moved(old, row)

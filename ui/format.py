@@ -3,7 +3,7 @@
 Pure functions, shared by the header, the fleet table and the detail screens:
 
     rate(12345.6) -> "12.3k"     seconds(0.0423) -> "42ms"     percent(0.623) -> "62%"
-    age(75.0) -> "1m15s"         bar(0.62, 10) -> "██████░░░░"  clock_time(at) -> "14:03:07"
+    age(75.0) -> "1m15s"         bar(0.62, 10) -> "━━━━━━────"  clock_time(at) -> "14:03:07"
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def bar(fraction: float | None, width: int) -> str:
         return " " * max(width, 0)
     assert fraction is not None
     filled = round(min(1.0, max(0.0, fraction)) * width)
-    return "█" * filled + "░" * (width - filled)
+    return "━" * filled + "─" * (width - filled)
 
 
 def clock_time(at: datetime, tz: tzinfo | None = None) -> str:

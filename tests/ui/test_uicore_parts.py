@@ -22,7 +22,7 @@ def test_compact_numbers() -> None:
     assert [fmt.seconds(v) for v in (None, 0.00085, 0.0423, 1.254, 12.5, 185)] == \
         ["—", "850µs", "42ms", "1.25s", "12.5s", "3m05s"]
     assert fmt.percent(0.623) == "62%" and fmt.percent(float("nan")) == "—"
-    assert fmt.bar(0.62, 10) == "██████░░░░" and fmt.bar(None, 4) == "    "
+    assert fmt.bar(0.62, 10) == "━━━━━━────" and fmt.bar(None, 4) == "    "
     assert fmt.age(75) == "1m15s" and fmt.age(7300) == "2h01m"
 
 

@@ -11,7 +11,8 @@ Class attributes a screen sets:
 - `FILTERABLE`: `/` opens a filter; the screen implements `apply_filter(text)` (and reads `filter_text`);
 - `FLEET_ACTIONS`: names of its actions that change the fleet (drain, cordon...): left out of the footer
   when the app is read-only (ui.actions.request_action refuses them and says why);
-- `BINDINGS`: its own keys; the ones with a description are listed in the footer and in the help.
+- `BINDINGS`: its own keys; the ones with a description are listed in the footer and in the help;
+- `HELP_EXTRA`: more (key, what) lines for the help only (keys too many for the footer).
 
 Keys everywhere: `:` command (a screen's name or alias, `:fleet role:decode` switches and filters, `:q`
 quits), `1`-`5` the screens, `/` filter, `?` help, `esc` back, ctrl+c quit.
@@ -67,6 +68,7 @@ class BaseScreen(Screen):
     HEADING: ClassVar[str] = ""
     FILTERABLE: ClassVar[bool] = False
     FLEET_ACTIONS: ClassVar[frozenset[str]] = frozenset()
+    HELP_EXTRA: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("colon", "prompt(':')", "command", key_display=":"),

@@ -18,7 +18,7 @@ from datetime import tzinfo
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -39,6 +39,8 @@ EVENTS_SHOWN = 8
 SPARKS = (("ttft", "TTFT", fmt.seconds), ("itl", "ITL", fmt.seconds), ("queue", "queue", fmt.count),
           ("kv", "KV", fmt.percent))
 MARK = "●"  # a correctness-tagged field
+PERFORMANCE_MARK = "·"
+NARROW = 120  # below this many columns the class revision and the events stack
 
 
 @dataclass
@@ -65,9 +67,10 @@ def summary(engine: WatchEngineView, updated_age_s: float | None) -> str:
 def drift_text(engine: WatchEngineView) -> Text:
     if not engine.drift:
         return Text("drift: none (runs as its class revision declares, as far as it reports)")
-    text = Text(f"drift: {len(engine.drift)} field(s) differ from {engine.class_ref}\n", style="bold")
+    text = Text()
+    text.append(f"drift: {len(engine.drift)} field(s) differ from {engine.class_ref}", style="bold")
     for entry in engine.drift:
-        text.append(f"  {entry.field}: declared {entry.declared!r}, runs {entry.actual!r} ({entry.source})\n")
+        text.append(f"\n- {entry.field}: declared {entry.declared!r}, runs {entry.actual!r} ({entry.source})")
     return text
 
 
@@ -75,8 +78,10 @@ def class_text(view: ClassRevisionView, drifted: Iterable[str]) -> Text:
     """The revision's fields, correctness-tagged ones marked, drifted ones noted."""
     tags = field_tags()
     drifted_fields = set(drifted)
-    text = Text(f"{view.ref} (digest {view.digest[:12]})\n", style="bold")
-    text.append(f"{MARK} correctness: can change the tokens a request gets\n", style="italic")
+    text = Text()
+    text.append(f"{view.ref}", style="bold")
+    text.append(f" (digest {view.digest[:12]})\n{MARK} correctness: can change the tokens a request gets\n"
+                f"{PERFORMANCE_MARK} performance: cannot", style="italic")
     for name, value in view.spec.items():
         if name == ENGINE_ARGS:
             for flag, flag_value in (value or {}).items():
@@ -88,19 +93,21 @@ def class_text(view: ClassRevisionView, drifted: Iterable[str]) -> Text:
 
 
 def _field_line(text: Text, name: str, value: Any, correctness: bool, drifted: bool) -> None:
-    text.append(f"{MARK if correctness else ' '} ", style="bold" if correctness else "")
-    text.append(f"{name:<24} {fmt.NONE if value is None else value}")
-    text.append("  ← drifted\n" if drifted else "\n", style="bold" if drifted else "")
+    text.append(f"\n{MARK if correctness else PERFORMANCE_MARK} ", style="bold" if correctness else "dim")
+    text.append(f"{name:<22} {fmt.NONE if value is None else value}", style="yellow" if drifted else "")
+    if drifted:
+        text.append("  ← drifted", style="bold yellow")
 
 
 def events_text(events: list[FleetEventView], tz: tzinfo | None = None) -> Text:
     if not events:
         return Text("events: none about it yet")
-    text = Text("events (latest first)\n", style="bold")
+    text = Text()
+    text.append("events (latest first)", style="bold")
     for event in events:
         at = fmt.parse_time(event.at)
         when = fmt.clock_time(at, tz) if at is not None else event.at
-        text.append(f"{when} {event.severity:<7} {event.message}\n",
+        text.append(f"\n{when} {event.severity:<7} {event.message}",
                     style={"alert": "bold", "warning": "italic"}.get(event.severity, ""))
     return text
 
@@ -131,6 +138,13 @@ class EngineScreen(BaseScreen):
 
     def on_mount(self) -> None:
         self.query_one("#engine-body").border_title = f"Engine {self.key}"
+        self._fit_width(self.app.size.width)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_width(event.size.width)
+
+    def _fit_width(self, width: int) -> None:
+        self.query_one("#engine-columns").set_class(width < NARROW, "-narrow")
 
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
         mine = applied.reset or ("engine", self.key) in applied.changed
@@ -174,7 +188,7 @@ class EngineScreen(BaseScreen):
         panel = self.query_one("#engine-class", Static)
         if ref is None:
             return
-        view = self.fleet_app.classes.get(ref)
+        view = self.fleet_app.class_revisions.get(ref)
         if view is not None:
             engine = self.fleet_app.fleet.get("engine", self.key)
             panel.update(class_text(view, [d.field for d in engine.drift] if engine else []))

@@ -42,6 +42,12 @@ class FleetScreen(BaseScreen):
         *(Binding(letter, f"sort_by('{column}')", show=False) for letter, column in SORT_LETTERS.items()),
     ]
 
+    HELP_EXTRA: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("shift+N E R C", "sort by node, engine, role, class (again: reversed)"),
+        ("shift+S Q K H", "sort by state, queue, KV usage, prefix hit"),
+        ("shift+T I", "sort by TTFT, ITL"),
+    )
+
     def __init__(self) -> None:
         super().__init__(name="fleet")
         self.rows = FleetRows()

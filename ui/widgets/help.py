@@ -49,12 +49,12 @@ class HelpScreen(ModalScreen[None]):
         for title_text, keys in self.sections:
             text.append(f"{title_text}\n", title)
             for key, what in keys:
-                text.append(f"  {key:<12}", key_style)
+                text.append(f"  {key:<15} ", key_style)
                 text.append(f"{what}\n")
             text.append("\n")
         text.append("Row colours\n", title)
         for name, what, component in LEGEND:
-            text.append(f"  {name:<12}", self.get_component_rich_style(component, partial=True))
+            text.append(f"  {name:<15} ", self.get_component_rich_style(component, partial=True))
             text.append(f"{what}\n")
         for note in self.notes:
             text.append(f"\n{note}")

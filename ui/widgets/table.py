@@ -191,10 +191,19 @@ class VirtualTable(ScrollView, can_focus=True):
         self._fitted = fit(self.columns, self.size.width, self.provider.wanted_widths())
 
     def _component(self, name: str) -> Style:
-        """A component's own style (partial: a tone sets a colour, the cursor a background)."""
+        """What component `name` adds over the widget's style, blended with the background first (a theme
+        colour with alpha, `$primary 45%`, must not read as the solid colour): a tone adds its colour, the
+        cursor its background, the header and the empty line their whole style."""
         style = self._styles.get(f"component:{name}")
         if style is None:
-            style = self._styles[f"component:{name}"] = self.get_component_rich_style(f"vtable--{name}", partial=True)
+            full = self.get_component_rich_style(f"vtable--{name}")
+            if name == "cursor":
+                style = Style(bgcolor=full.bgcolor, bold=full.bold)
+            elif name in TONES:
+                style = Style(color=full.color)
+            else:
+                style = full
+            self._styles[f"component:{name}"] = style
         return style
 
     def _style(self, name: str) -> Style:
