@@ -8,13 +8,13 @@ it appears in the source, severity, subject, message or actor. `!word` (or `!fie
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rich.table import Table
 from rich.text import Text
 
 from fleetctl.controller.watch_contract import FleetEventView
+from ui.columns import Column, Fitted
 from ui.present.timefmt import clock_time
 
 SEVERITY_STYLES = {"info": "", "warning": "dark_orange", "alert": "bold orange_red1"}
@@ -82,13 +82,41 @@ def what(event: FleetEventView) -> Text:
     return text
 
 
-def row(event: FleetEventView) -> Table:
-    """The event as the log shows it: `line`'s columns, the subject and message wrapped in the last one."""
-    style = SEVERITY_STYLES.get(event.severity, "")
-    grid = Table.grid(padding=(0, 1), expand=True)
-    for width in (8, 7, 7):
-        grid.add_column(width=width, no_wrap=True)
-    grid.add_column(ratio=1, overflow="fold")
-    grid.add_row(Text(clock_time(event.at), style="dim"), Text(event.severity, style=style or "dim"),
-                 Text(event.source, style="dim"), what(event))
-    return grid
+# --- the table's rows (a row provider for ui/widgets/table.VirtualTable) ---
+
+COLUMNS = (
+    Column("at", "TIME", 8),
+    Column("severity", "SEVERITY", 8),
+    Column("source", "SOURCE", 7),
+    Column("subject", "SUBJECT", 10, 32),
+    Column("message", "MESSAGE", 20, 400),
+    Column("actor", "ACTOR", 8, 24, priority=2),
+)
+TONES = {"alert": "error", "warning": "pending", "info": ""}  # VirtualTable's row colours
+
+
+class EventRows:
+    """The events the screen may show, by id, and those the filter lets through, in order. Rebuilt from the
+    app's FleetState's events (at most EVENTS_KEPT) on each change: events never change, only come and go."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, FleetEventView] = {}
+        self.order: list[str] = []
+
+    def update(self, events: Iterable[FleetEventView], event_filter: EventFilter) -> None:
+        self.events = {event.id: event for event in events}
+        self.order = [key for key, event in self.events.items() if event_filter.matches(event)]
+
+    def cells(self, key: str, fitted: Sequence[Fitted]) -> tuple[list[str], str]:
+        event = self.events[key]
+        values = {"at": clock_time(event.at), "severity": event.severity, "source": event.source,
+                  "subject": event.subject, "message": event.message, "actor": event.actor or ""}
+        return [values[f.column.key] for f in fitted], TONES.get(event.severity, "")
+
+    def wanted_widths(self) -> dict[str, int]:
+        wanted = {"subject": 7, "message": 7, "actor": 5}
+        for event in self.events.values():
+            wanted["subject"] = max(wanted["subject"], len(event.subject))
+            wanted["message"] = max(wanted["message"], len(event.message))
+            wanted["actor"] = max(wanted["actor"], len(event.actor or ""))
+        return wanted

@@ -30,6 +30,7 @@ NARROW_BELOW = 110  # columns: below, "not measured" takes two lines so b1..mixe
 
 class QualityScreen(BaseScreen):
     HEADING = "Quality"
+    HELP_EXTRA = (("arrows", "move between streams: the evidence below follows"),)
 
     def __init__(self) -> None:
         super().__init__(name="quality")
