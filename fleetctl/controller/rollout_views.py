@@ -4,7 +4,7 @@ observations and the time, except `rollout_view`, which reads the observations."
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -48,6 +48,7 @@ def build_view(row: Rollout, spec: RolloutSpec, state: RolloutState, obs: Observ
         ready={ref: obs.ready.get(ref, 0) for ref in refs}, desired={ref: obs.desired.get(ref, 0) for ref in refs},
         drifted={ref: list(engines) for ref, engines in obs.drifted.items() if ref in refs and engines},
         pause_reason=state.pause_reason, paused_by=state.paused_by, pause_left_s=pause_left_s(spec, state, now),
+        pause_ends_at=_iso(pause_ends_at(spec, state)),
         abort_reason=state.abort_reason, message=state.message, gates=gate_views(spec, state, now),
         progress=round(done / len(spec.steps), 4),
         allow_correctness_change=spec.allow_correctness_change.reason if spec.allow_correctness_change else None,
@@ -92,6 +93,12 @@ def format_duration(seconds: float) -> str:
 
 def pause_left_s(spec: RolloutSpec, state: RolloutState, now: datetime) -> float | None:
     """Seconds left in the current timed pause step; None when not in one."""
+    ends = pause_ends_at(spec, state)
+    return None if ends is None else round(max((ends - now).total_seconds(), 0.0), 3)
+
+
+def pause_ends_at(spec: RolloutSpec, state: RolloutState) -> datetime | None:
+    """When the current timed pause step ends; None when not in one."""
     if state.phase != PAUSED or state.pause_reason != PAUSE_STEP or state.step_started_at is None:
         return None
     if state.step_index >= len(spec.steps):
@@ -99,8 +106,11 @@ def pause_left_s(spec: RolloutSpec, state: RolloutState, now: datetime) -> float
     step = spec.steps[state.step_index]
     if not isinstance(step, PauseStep) or step.pause.duration is None:
         return None
-    elapsed = (now - state.step_started_at).total_seconds()
-    return round(max(step.pause.duration - elapsed, 0.0), 3)
+    return state.step_started_at + timedelta(seconds=step.pause.duration)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
 
 
 def gate_views(spec: RolloutSpec, state: RolloutState, now: datetime) -> list[GateView]:

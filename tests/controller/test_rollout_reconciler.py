@@ -7,6 +7,7 @@ same database continuing a rollout from the step the first one left it at."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from ctl_helpers import Api, Clock
@@ -154,6 +155,8 @@ def test_a_timed_pause_reports_the_time_left(api: Api) -> None:
     start(api, spec())
     view = run_until(api, agent, gateway, lambda v: v["phase"] == "paused")[-1]
     assert view["pause_reason"] == "CanaryPauseStep" and 0 < view["pause_left_s"] <= 10
+    ends = datetime.fromisoformat(view["pause_ends_at"])  # what a client counts down to
+    assert abs((ends - api.clock.now).total_seconds() - view["pause_left_s"]) < 0.01
 
 
 def test_a_restarted_controller_continues_the_rollout_from_the_same_step(settings: ControllerSettings) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable, Static
-from uiscreens_data import MODEL, FrozenClock, Script, delta, event, paused_rollout, snapshot
+from uiscreens_data import MODEL, FrozenClock, Script, at, delta, event, paused_rollout, snapshot
 
 from ui.app import make_app
 from ui.screens.events import EventsScreen
@@ -50,7 +50,19 @@ async def test_a_timed_pause_counts_down_with_the_app_clock() -> None:
         assert [str(k.value) for k in table.rows] == ["7", "3"]
 
 
-async def test_a_new_pause_value_restarts_the_countdown_and_the_end_stops_it() -> None:
+async def test_without_an_end_from_the_controller_the_pause_counts_down_from_when_it_was_seen() -> None:
+    clock = FrozenClock()
+    older = paused_rollout().model_copy(update={"pause_ends_at": None})  # a controller that sends no end
+    app = app_with(Script(snapshot(rollouts=[older])), clock)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        clock.advance(30)
+        await pilot.pause(1.2)
+        assert "pause step, 1m05s left" in text_of(app.screen.query_one("#rollout-detail", Static))
+
+
+async def test_a_new_pause_end_moves_the_countdown_and_the_end_stops_it() -> None:
     clock = FrozenClock()
     script = Script(snapshot())
     app = app_with(script, clock)
@@ -58,11 +70,13 @@ async def test_a_new_pause_value_restarts_the_countdown_and_the_end_stops_it() -
         await pilot.press("2")
         await pilot.pause()
         clock.advance(50)
-        script.send(delta(2, changes=[{"kind": "rollout", "key": "7", "op": "patch", "value": {"pause_left_s": 40.0}}]))
+        moved = {"pause_left_s": 40.0, "pause_ends_at": at(90)}  # e.g. the pause step began again
+        script.send(delta(2, changes=[{"kind": "rollout", "key": "7", "op": "patch", "value": moved}]))
         await pilot.pause(0.3)
         detail = app.screen.query_one("#rollout-detail", Static)
         assert "pause step, 40s left" in text_of(detail)
-        done = paused_rollout().model_copy(update={"phase": "progressing", "pause_reason": None, "pause_left_s": None})
+        done = paused_rollout().model_copy(update={"phase": "progressing", "pause_reason": None, "pause_left_s": None,
+                                                   "pause_ends_at": None})
         put = {"kind": "rollout", "key": "7", "op": "put", "value": done.model_dump(mode="json")}
         script.send(delta(3, changes=[put]))
         await pilot.pause(0.3)

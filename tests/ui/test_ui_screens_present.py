@@ -126,7 +126,7 @@ def test_traffic_rows_and_the_drill_on_top_of_them() -> None:
     assert chat_r3[1] == "chat@r3 ⚑ drill" and chat_r3[3] == "░░░░░░░░    0%"
     assert [c.plain for c in rows[1][1]][3] == "███████░   90%"
     assert [c.plain for c in rows[0][1]][5] == "(equal)"
-    line = tr.drill_lines(views, {MODEL: 600.0})[0].plain
+    line = tr.drill_lines(views, T0 + timedelta(seconds=480))[0].plain
     assert "misroute 15%" in line and "10m00s left" in line and "fleetctl drill stop 4" in line
 
 
@@ -180,5 +180,5 @@ def test_weights_are_checked_naming_the_field() -> None:
 
 
 def test_drills_in_the_quality_screen_count_down() -> None:
-    line = quality.drill_lines([drill(), drill(active=False)], {"4": 65.0})
+    line = quality.drill_lines([drill(), drill(active=False)], T0 + timedelta(seconds=1015))
     assert len(line) == 1 and line[0].plain.endswith("1m05s left")

@@ -75,7 +75,8 @@ def paused_rollout(rollout_id: int = 7, pause_left_s: float | None = 95.0) -> Ro
         id=rollout_id, model=MODEL, from_ref="chat@r1", to_ref="chat@r2", phase="paused", step_index=2,
         steps=_steps(texts, 2, "paused"), weight=10, weights={"chat@r1": 90.0, "chat@r2": 10.0}, acknowledged=True,
         ready={"chat@r1": 2, "chat@r2": 2}, desired={"chat@r1": 2, "chat@r2": 2}, pause_reason="CanaryPauseStep",
-        pause_left_s=pause_left_s, gates=[latency, errors], progress=0.4, created_at=at(-300), created_by="alice",
+        pause_left_s=pause_left_s, pause_ends_at=at(pause_left_s) if pause_left_s is not None else None,
+        gates=[latency, errors], progress=0.4, created_at=at(-300), created_by="alice",
         updated_at=at(-25), version=5, spec={"model": MODEL, "to": "chat@r2"})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 
 from rich.text import Text
 
@@ -66,10 +67,10 @@ def select(events: Iterable[FleetEventView], event_filter: EventFilter) -> list[
     return [event for event in events if event_filter.matches(event)]
 
 
-def line(event: FleetEventView) -> Text:
+def line(event: FleetEventView, tz: tzinfo | None = None) -> Text:
     """'12:03:04 alert   canary  chat@r2  b8: healthy -> failing ...  (alice)'."""
     style = SEVERITY_STYLES.get(event.severity, "")
-    text = Text.assemble((clock_time(event.at), "dim"), " ", (f"{event.severity:<7}", style or "dim"), " ",
+    text = Text.assemble((clock_time(event.at, tz), "dim"), " ", (f"{event.severity:<7}", style or "dim"), " ",
                          (f"{event.source:<7}", "dim"), " ")
     return text.append_text(what(event))
 
@@ -102,6 +103,7 @@ class EventRows:
     def __init__(self) -> None:
         self.events: dict[str, FleetEventView] = {}
         self.order: list[str] = []
+        self.tz: tzinfo | None = None  # the app clock's zone, for the times
 
     def update(self, events: Iterable[FleetEventView], event_filter: EventFilter) -> None:
         self.events = {event.id: event for event in events}
@@ -109,7 +111,7 @@ class EventRows:
 
     def cells(self, key: str, fitted: Sequence[Fitted]) -> tuple[list[str], str]:
         event = self.events[key]
-        values = {"at": clock_time(event.at), "severity": event.severity, "source": event.source,
+        values = {"at": clock_time(event.at, self.tz), "severity": event.severity, "source": event.source,
                   "subject": event.subject, "message": event.message, "actor": event.actor or ""}
         return [values[f.column.key] for f in fitted], TONES.get(event.severity, "")
 

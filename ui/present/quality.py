@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 
 from rich.text import Text
 
 from fleetctl.canary.types import BATCH_CONDITIONS, condition_label
 from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView
-from ui.present.timefmt import NONE, clock_time, duration
+from ui.present.timefmt import NONE, clock_time, duration, seconds_until
 
 PRODUCTION = "production"
 MIXED = "mixed"
@@ -104,13 +105,13 @@ def stream_at(row: GridRow, column: str | None) -> str | None:
 
 # --- the selected stream ---
 
-def evidence(stream: CanaryStreamView | None, where: str) -> Text:
+def evidence(stream: CanaryStreamView | None, where: str, tz: tzinfo | None = None) -> Text:
     """What the tests say of a stream: verdict, since, blamed, statistic against threshold, bad of probes."""
     if stream is None:
         return Text(f"{where}: {NOT_MEASURED} (no probes scored for this stream yet)", style="dim")
     line = Text.assemble((f"{_stream_name(stream)}  ", "bold"), verdict_text(stream))
     if stream.since:
-        line.append(f"  since {clock_time(stream.since)}", style="dim")
+        line.append(f"  since {clock_time(stream.since, tz)}", style="dim")
     lines = [line]
     if stream.blamed:
         lines.append(Text(f"blamed: {stream.blamed}", style="bold orange_red1"))
@@ -150,11 +151,11 @@ def _first_divergence(position: int | None) -> str:
 
 # --- drills, and the plain "not measured" of a fleet without canary data ---
 
-def drill_lines(drills: Iterable[DrillView], left: Mapping[str, float | None]) -> list[Text]:
-    """The drills in effect, each with its time left."""
+def drill_lines(drills: Iterable[DrillView], now: datetime) -> list[Text]:
+    """The drills in effect, each with its time left (to its `ends_at`)."""
     lines = []
     for drill in sorted((d for d in drills if d.active), key=lambda d: d.id):
-        remaining = left.get(str(drill.id))
+        remaining = seconds_until(drill.ends_at, now)
         lines.append(Text.assemble(("⚑ ", "bold magenta"), (drill.description, "magenta"),
                                    (f"  {duration(remaining)} left" if remaining is not None else "", "yellow")))
     return lines

@@ -1,18 +1,19 @@
 """The Rollouts screen's content: the table of rollouts (active first, then the finished ones, dimmed) and
 the detail of the selected one: its phase, the weights, its steps with the current one marked, each gate's
 latest value against its threshold, the time left in a timed pause (`left_s`, counted down by the screen
-with the app's clock: ui/present/timefmt.Countdowns), and its latest events."""
+with the app's clock: `pause_left`), and its latest events."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime, tzinfo
 
 from rich.text import Text
 
 from fleetctl.controller.rollout.spec import Condition
 from fleetctl.controller.rollout.view import GateView, MeasurementView, RolloutView
 from fleetctl.controller.watch_contract import FleetEventView
-from ui.present.timefmt import NONE, clock_time, duration
+from ui.present.timefmt import NONE, clock_time, duration, seconds_until
 
 FINISHED = frozenset({"completed", "aborted"})
 RECENT_EVENTS = 8
@@ -68,6 +69,11 @@ def row(view: RolloutView, left_s: float | None) -> tuple[Text, ...]:
     return cells
 
 
+def pause_left(view: RolloutView, now: datetime) -> float | None:
+    """Seconds left in a timed pause, from its end (None: not in one, or the controller sent no end)."""
+    return seconds_until(view.pause_ends_at, now) if view.pause_ends_at else None
+
+
 def rows(views: Iterable[RolloutView], left: Mapping[str, float | None]) -> list[tuple[str, tuple[Text, ...]]]:
     return [(str(v.id), row(v, left.get(str(v.id)))) for v in ordered(views)]
 
@@ -79,7 +85,8 @@ def title(view: RolloutView) -> str:
     return f"rollout {view.id}: {view.model} {view.from_ref} -> {view.to_ref}"
 
 
-def detail(view: RolloutView, left_s: float | None, events: Iterable[FleetEventView] = ()) -> Text:
+def detail(view: RolloutView, left_s: float | None, events: Iterable[FleetEventView] = (),
+           tz: tzinfo | None = None) -> Text:
     """The selected rollout: status, weights, engines, steps, gates, and its latest events."""
     lines = [status(view, left_s), weights(view), engines(view)]
     lines += [Text("steps", style="bold")] + steps(view, left_s)
@@ -87,7 +94,7 @@ def detail(view: RolloutView, left_s: float | None, events: Iterable[FleetEventV
         lines += [Text("gates", style="bold")] + [line for gate in view.gates for line in gate_lines(view, gate)]
     recent = list(events)[-RECENT_EVENTS:]
     if recent:
-        lines += [Text("events", style="bold")] + [event_line(event) for event in recent]
+        lines += [Text("events", style="bold")] + [event_line(event, tz) for event in recent]
     return Text("\n").join(lines)
 
 
@@ -105,18 +112,20 @@ def status(view: RolloutView, left_s: float | None) -> Text:
     return line
 
 
-def event_line(event: FleetEventView) -> Text:
+def event_line(event: FleetEventView, tz: tzinfo | None = None) -> Text:
     style = "orange_red1" if event.severity == "alert" else "dark_orange" if event.severity == "warning" else ""
-    line = Text.assemble(("  " + clock_time(event.at), "dim"), " ", (event.message, style))
+    line = Text.assemble(("  " + clock_time(event.at, tz), "dim"), " ", (event.message, style))
     if event.actor:
         line.append(f" ({event.actor})", style="dim")
     return line
 
 
 def events_of(view: RolloutView, events: Iterable[FleetEventView]) -> list[FleetEventView]:
-    """The stream's events about this rollout (its transitions, and the operators' calls on it)."""
+    """The stream's events about this rollout: its transitions, and the operators' calls on it (the audit
+    log's records of the controller's own steps say again what the transitions say)."""
     subject = f"rollouts/{view.id}"
-    return [event for event in events if event.subject == subject]
+    return [event for event in events
+            if event.subject == subject and (event.source != "audit" or event.actor != "controller")]
 
 
 def pause_text(view: RolloutView, left_s: float | None) -> str:

@@ -1,11 +1,13 @@
-"""Times and durations for the screens, and the countdowns of values the controller sends as "seconds left
-when I built this" (a rollout's timed pause, a drill's end): the screen counts them down with the app's
-clock between updates, so a pause shows the right time left even when the stream is quiet or cut off."""
+"""Times and durations for the screens, and countdowns. The change stream refreshes a countdown the
+controller computed ("seconds left when I built this": a rollout's `pause_left_s`, a drill's
+`remaining_s`) only when something else of the value changes, so the screens count down to the
+timestamps instead (`pause_ends_at`, `ends_at`) with the app's clock; `Countdowns` counts a bare
+"seconds left" down from when it was seen, for a controller that sends no timestamp."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 
 NONE = "—"
 
@@ -38,16 +40,22 @@ def parse_at(text: str | None) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
-def clock_time(text: str | None) -> str:
-    """HH:MM:SS (UTC) of an API timestamp; NONE when unreadable."""
+def clock_time(text: str | None, tz: tzinfo | None = None) -> str:
+    """HH:MM:SS of an API timestamp in `tz` (the app clock's zone; UTC when None); NONE when unreadable."""
     at = parse_at(text)
-    return at.astimezone(timezone.utc).strftime("%H:%M:%S") if at else NONE
+    return at.astimezone(tz or timezone.utc).strftime("%H:%M:%S") if at else NONE
 
 
 def age(text: str | None, now: datetime) -> str:
     """How long ago an API timestamp was, as a duration ("3m05s"); NONE when unreadable."""
     at = parse_at(text)
     return duration((now - at).total_seconds()) if at else NONE
+
+
+def seconds_until(text: str | None, now: datetime) -> float | None:
+    """Seconds from `now` to an API timestamp, never below 0; None when unreadable."""
+    at = parse_at(text)
+    return None if at is None else max(0.0, (at - now).total_seconds())
 
 
 class Countdowns:

@@ -5,12 +5,13 @@ has applied against the controller's, how old its table is, live or stale."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from rich.text import Text
 
 from fleetctl.controller.contract import GatewayView
 from fleetctl.controller.responses import TrafficView
-from ui.present.timefmt import NONE, duration
+from ui.present.timefmt import NONE, duration, seconds_until
 
 REVISION_COLUMNS = ("MODEL", "REVISION", "WEIGHT", "SHARE", "READY", "SET BY")
 GATEWAY_COLUMNS = ("GATEWAY", "URL", "TABLE AGE", "APPLIED", "STATE", "SEEN")
@@ -45,15 +46,15 @@ def revision_rows(traffic: Mapping[str, TrafficView]) -> list[tuple[str, tuple[T
     return rows
 
 
-def drill_lines(traffic: Mapping[str, TrafficView], left: Mapping[str, float | None]) -> list[Text]:
-    """The misroute drills in effect, one line each (`left`: model -> seconds left): gateways route their
-    fraction on top of the weights."""
+def drill_lines(traffic: Mapping[str, TrafficView], now: datetime) -> list[Text]:
+    """The misroute drills in effect, one line each with its time left (to its `ends_at`): gateways route
+    their fraction on top of the weights."""
     lines = []
     for model in sorted(traffic):
         drill = traffic[model].drill
         if drill is None or not drill.active:
             continue
-        remaining = left.get(model)
+        remaining = seconds_until(drill.ends_at, now)
         lines.append(Text.assemble(
             ("⚑ ", "bold magenta"), (drill.description, "magenta"),
             (f", {duration(remaining)} left" if remaining is not None else "", "yellow"),

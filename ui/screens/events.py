@@ -62,6 +62,7 @@ class EventsScreen(BaseScreen):
         yield Static(id="event-detail")
 
     def on_mount(self) -> None:
+        self.rows.tz = self.app.clock().tzinfo
         self.table.focus()
         self._draw_title()
 
@@ -95,7 +96,7 @@ class EventsScreen(BaseScreen):
         detail = self.query_one("#event-detail", Static)
         detail.display = event is not None
         if event is not None:
-            detail.update(present.line(event))
+            detail.update(present.line(event, self.rows.tz))
 
     def on_event_table_cursor_moved(self, _message: EventTable.CursorMoved) -> None:
         self._draw_detail()

@@ -19,7 +19,6 @@ from textual.widgets import DataTable, Static
 from fleetctl.controller.responses import CanaryStreamView, DrillView
 from fleetctl.watch_state import Applied, FleetState
 from ui.present import quality as present
-from ui.present.timefmt import Countdowns
 from ui.screens.base import BaseScreen
 from ui.widgets.table_sync import FitTable, set_columns, sync_rows
 
@@ -38,7 +37,6 @@ class QualityScreen(BaseScreen):
         self._drills: Mapping[str, DrillView] = {}
         self._columns: list[str] = []
         self._rows: list[present.GridRow] = []
-        self._drill_clock = Countdowns()
         self._narrow: bool | None = None  # "not measured" on two lines (the grid was built for that)
 
     def compose_body(self) -> ComposeResult:
@@ -56,11 +54,7 @@ class QualityScreen(BaseScreen):
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
         if not any(applied.touches(kind) for kind in KINDS):
             return
-        now = self.app.clock()
         self._streams, self._drills = fleet.canary_streams(), fleet.drills()
-        for key, drill in self._drills.items():
-            self._drill_clock.observe(key, drill.remaining_s if drill.active else None, now)
-        self._drill_clock.keep_only(self._drills)
         self._draw_grid(fleet)
         self._draw_drills()
 
@@ -92,9 +86,7 @@ class QualityScreen(BaseScreen):
             self._draw_drills()
 
     def _draw_drills(self) -> None:
-        now = self.app.clock()
-        left = {key: self._drill_clock.left(key, now) for key in self._drills}
-        lines = present.drill_lines(self._drills.values(), left)
+        lines = present.drill_lines(self._drills.values(), self.app.clock())
         drills = self.query_one("#quality-drills", Static)
         drills.display = bool(lines)
         drills.update(Text("\n").join(lines))
@@ -113,7 +105,8 @@ class QualityScreen(BaseScreen):
     def _draw_evidence(self) -> None:
         key, where = self.selected_stream()
         stream = self._streams.get(key) if key else None
-        self.query_one("#quality-evidence", Static).update(present.evidence(stream, where) if where else "")
+        tz = self.app.clock().tzinfo
+        self.query_one("#quality-evidence", Static).update(present.evidence(stream, where, tz) if where else "")
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         if event.data_table.id == "quality-grid":

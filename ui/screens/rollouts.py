@@ -75,8 +75,11 @@ class RolloutsScreen(BaseScreen):
             self._draw()
 
     def _left(self) -> dict[str, float | None]:
+        """Seconds left in each rollout's timed pause: to its end, else (a controller that sends no end)
+        counted down from when its pause_left_s was seen."""
         now = self.app.clock()
-        return {key: self._pauses.left(key, now) for key in self._views}
+        return {key: present.pause_left(view, now) if view.pause_ends_at else self._pauses.left(key, now)
+                for key, view in self._views.items()}
 
     def _draw(self) -> None:
         table = self.query_one("#rollouts-table", DataTable)
@@ -93,7 +96,7 @@ class RolloutsScreen(BaseScreen):
             detail.update(Text(NO_ROLLOUTS, style="dim"))
         else:
             events = present.events_of(view, self._fleet.events if self._fleet else ())
-            detail.update(present.detail(view, left.get(str(view.id)), events))
+            detail.update(present.detail(view, left.get(str(view.id)), events, self.app.clock().tzinfo))
         self.query_one("#rollout-detail-pane").border_title = present.title(view) if view else "detail"
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

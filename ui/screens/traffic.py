@@ -27,7 +27,6 @@ from fleetctl.errors import FleetError
 from fleetctl.watch_state import Applied, FleetState
 from ui import actions
 from ui.present import traffic as present
-from ui.present.timefmt import Countdowns
 from ui.screens.base import BaseScreen
 from ui.widgets.table_sync import FitTable, selected_key, set_columns, sync_rows
 from ui.widgets.weights import WeightsScreen
@@ -55,7 +54,6 @@ class TrafficScreen(BaseScreen):
         self._gateways: Mapping[str, GatewayView] = {}
         self._generation: int | None = None
         self._generation_wanted = True
-        self._drill_clock = Countdowns()
 
     def compose_body(self) -> ComposeResult:
         yield set_columns(FitTable(id="traffic-table", cursor_type="row"), present.REVISION_COLUMNS)
@@ -76,12 +74,7 @@ class TrafficScreen(BaseScreen):
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
         if not (applied.touches("traffic") or applied.touches("gateway")):
             return
-        now = self.app.clock()
         self._traffic, self._gateways = fleet.traffic(), fleet.gateways()
-        for model, view in self._traffic.items():
-            drill = view.drill
-            self._drill_clock.observe(model, drill.remaining_s if drill is not None and drill.active else None, now)
-        self._drill_clock.keep_only(self._traffic)
         if applied.reset:
             self._read_generation()
         else:
@@ -124,8 +117,7 @@ class TrafficScreen(BaseScreen):
         self._draw_gateways()
 
     def _draw_drills(self) -> None:
-        now = self.app.clock()
-        lines = present.drill_lines(self._traffic, {m: self._drill_clock.left(m, now) for m in self._traffic})
+        lines = present.drill_lines(self._traffic, self.app.clock())
         drills = self.query_one("#traffic-drills", Static)
         drills.display = bool(lines)
         drills.update(Text("\n").join(lines))

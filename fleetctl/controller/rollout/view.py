@@ -62,6 +62,8 @@ class RolloutView(BaseModel):
     pause_reason: str | None = None
     paused_by: str | None = None
     pause_left_s: float | None = Field(default=None, description="seconds left in a timed pause")
+    pause_ends_at: str | None = Field(default=None, description="when a timed pause ends (a client counts down "
+                                      "to it: pause_left_s is as of when the view was built)")
     abort_reason: str | None = None
     message: str = ""
     gates: list[GateView] = Field(default_factory=list)
