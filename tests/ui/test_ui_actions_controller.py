@@ -290,3 +290,21 @@ async def test_a_viewer_token_refuses_every_action_without_a_modal(fleet: Contro
             assert not isinstance(app.screen, ConfirmScreen)
     assert [(d.ok, d.detail) for d in done.messages] == [(False, "read-only: viewer token")] * 10
     assert rollout_phase(fleet, 1).paused_by is None
+
+
+async def test_the_traffic_screen_reads_the_controllers_generation(fleet: Controller) -> None:
+    """Gateways against the controller's routing generation, which the screen reads in a worker."""
+    with fleet.client("viewer") as api:
+        generation = api.routing().generation
+        api.report_gateway({"name": "gw-now", "url": "http://gw-now:8000", "generation": generation,
+                            "table_age_s": 0.5})
+        api.report_gateway({"name": "gw-behind", "url": "http://gw-behind:8000", "generation": generation - 1,
+                            "table_age_s": 4.0})
+    app = app_for(fleet, Script(snapshot_of(fleet)), role="viewer")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        table = app.screen.query_one("#gateways-table")
+        title = await wait_until(lambda: "generation" in (table.border_title or "") and table.border_title)
+        assert f"generation {generation} applied by 1/2 live" in title
+        assert table.get_row("gw-now")[3].plain == f"{generation} = {generation}"
+        assert table.get_row("gw-behind")[3].plain == f"{generation - 1} < {generation}"

@@ -1,7 +1,7 @@
-"""The Quality screen: the canary's verdicts as a grid (a row per class revision of each model and one for
-its production stream; a column per batch condition b1/b4/b8/b16, and `mixed` for production), the
-evidence of the stream under the cursor (each test's statistic against its threshold, bad of probes, the
-worst prompts, who is blamed), and the drills in effect with their time left.
+"""The Quality screen: the canary's verdicts as a grid (per model, a row named after it for its production
+stream, then a row per class revision; a column per batch condition b1/b4/b8/b16, and `mixed` for
+production), the evidence of the stream under the cursor (each test's statistic against its threshold, bad
+of probes, the worst prompts, who is blamed), and the drills in effect with their time left.
 
 A stream without a verdict reads "not measured", never blank and never green; a fleet without canary
 data says "not measured" plainly, and why when it can tell (probes switched off).

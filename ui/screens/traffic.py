@@ -3,7 +3,8 @@ misroute drill in effect on top of them, and the gateways: URL, routing-table ag
 has applied against the controller's, live or stale.
 
 The controller's routing generation is not on the change stream: a worker reads it (GET /api/v1/routing)
-when the screen is shown, and again while traffic or gateways change, at most every GENERATION_EVERY_S.
+when the screen is shown, and again when traffic changes or a gateway applies another generation, at most
+every GENERATION_EVERY_S (the table is the size of the fleet: not read for a gateway's table age alone).
 
 Key `w`: new weights for the selected model (ui/widgets/weights.py), then the confirmation.
 """
@@ -54,6 +55,7 @@ class TrafficScreen(BaseScreen):
         self._gateways: Mapping[str, GatewayView] = {}
         self._generation: int | None = None
         self._generation_wanted = True
+        self._applied_generations: dict[str, int] = {}
 
     def compose_body(self) -> ComposeResult:
         yield set_columns(FitTable(id="traffic-table", cursor_type="row"), present.REVISION_COLUMNS)
@@ -75,15 +77,19 @@ class TrafficScreen(BaseScreen):
         if not (applied.touches("traffic") or applied.touches("gateway")):
             return
         self._traffic, self._gateways = fleet.traffic(), fleet.gateways()
+        applied_generations = {name: gateway.generation for name, gateway in self._gateways.items()}
         if applied.reset:
             self._read_generation()
-        else:
-            self._generation_wanted = True
+        elif applied.touches("traffic") or applied_generations != self._applied_generations:
+            self._generation_wanted = True  # the controller's may have moved (a table age alone says nothing)
+        self._applied_generations = applied_generations
         self._draw()
 
     def on_controller_generation(self, message: ControllerGeneration) -> None:
         if message.generation is not None:
             self._generation = message.generation
+        elif message.error:
+            self.log.warning(f"routing generation: {message.error}")  # the last one known stays shown
         self._draw_gateways()
 
     def _maybe_read_generation(self) -> None:
