@@ -58,7 +58,7 @@ def watch_status(client: ControllerClient, output: Format, max_updates: int | No
             pending = pending or any(applied.touches(kind) for kind in SHOWN)
             if pending and (last_draw is None or clock() - last_draw >= MIN_REDRAW_S):
                 gap = CLEAR if clear else "\n" if drawn and output is Format.table else ""
-                typer.echo(gap + draw(state, output))
+                typer.echo(gap + draw(state, output), color=True if clear else None)  # keep the escape codes
                 drawn, pending, last_draw = drawn + 1, False, clock()
                 if max_updates is not None and drawn >= max_updates:
                     return ExitCode.OK

@@ -23,6 +23,7 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+STARTUP_FAILURE = 3  # uvicorn's exit status when the server could not start
 GIL_SWITCH_INTERVAL_S = 0.0005
 GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (CPython's default: 700)
 
@@ -39,7 +40,13 @@ def serve(settings: ControllerSettings, log_level: str = "info", access_log: boo
     app = create_app(settings)
     quiet_garbage_collector()
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
-    ControllerServer(config, app.state.runtime).run()
+    server = ControllerServer(config, app.state.runtime)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn raises the signal it shut down on again: Ctrl-C is a clean exit (as uvicorn.run)
+        pass
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
 
 
 class ControllerServer(uvicorn.Server):

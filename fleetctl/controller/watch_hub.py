@@ -63,7 +63,7 @@ class WatchCounters:
     pings_sent: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: each is one connection
 class _Viewer:
     loop: asyncio.AbstractEventLoop
     woken: asyncio.Event = field(default_factory=asyncio.Event)

@@ -60,8 +60,8 @@ def test_ratios_without_growth_in_the_denominator_are_unknown_and_no_window_is_a
 
 
 def test_the_window_is_the_latest_reading_and_the_newest_one_far_enough_before_it() -> None:
-    readings = [Reading(at(s), s) for s in (0, 5, 10, 14)]
-    assert pick_window(readings) == (readings[1], readings[3])  # 14 - 5 >= 10, 14 - 10 is not
+    readings = [Reading(at(s), s) for s in (0, 5, 10, 16)]
+    assert pick_window(readings) == (readings[1], readings[3])  # 16 - 5 >= 10, 16 - 10 is not
     assert pick_window(readings[:2]) is None  # 5 s apart: not measured yet
     assert pick_window([]) is None
     assert pick_window(readings, min_window_s=3) == (readings[2], readings[3])

@@ -1,6 +1,6 @@
 """The change stream across a controller restart, with real processes: `fleetctl controller serve` on loopback
 and `follow()` in the test. It gets a snapshot and then the change an operator makes; when the controller
-stops (SIGTERM: it ends the open stream itself) it yields Disconnected; once the controller is back on the
+stops (Ctrl-C: it ends the open stream itself) it yields Disconnected; once the controller is back on the
 same port it reconnects by itself, and since the new process cannot resume the old epoch's token it gets
 a new snapshot, of the new epoch, holding the change."""
 
@@ -63,7 +63,7 @@ async def test_follow_sees_changes_then_the_outage_then_a_new_epochs_snapshot(tm
             assert [c.key for c in item.changes if c.kind == "flag"] == ["watched"]
             assert epoch(item.token) == epoch(first.token)
 
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGINT)
             assert process.wait(timeout=WAIT_S) == 0  # the open stream did not hold the shutdown
             gap = await next_item(stream)
             while not isinstance(gap, Disconnected):  # pings or deltas sent before it stopped
