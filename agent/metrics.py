@@ -1,7 +1,9 @@
 """Read an engine's key load figures from its Prometheus exposition (vLLM v1 names; the reference engine and
 vLLM both serve them). Pure over the text: the supervisor fetches /metrics and hands the body here.
 
-Series with several label sets (one per DP rank, `engine="0"`, `"1"`, ...) are summed; the KV usage
+Counters are read from their `_total` samples, the TTFT and inter-token latency histograms from their `_sum`
+and `_count` (the controller's change stream turns their growth into mean latencies). Series with several
+label sets (one per DP rank, `engine="0"`, `"1"`, ...) are summed; the KV usage
 fraction is averaged over ranks so it stays in 0..1. The result always validates as `EngineMetrics`: an
 engine is not trusted to report sane numbers, so a NaN or infinite sample is dropped (as if absent), a
 negative figure reads as 0 and the KV usage fraction is held in 0..1. One odd sample never costs the
@@ -24,6 +26,11 @@ SAMPLES = {
     "prefix_cache_hits": metric_names.PREFIX_CACHE_HITS + "_total",
     "prompt_tokens": metric_names.PROMPT_TOKENS + "_total",
     "generation_tokens": metric_names.GENERATION_TOKENS + "_total",
+    # histograms: only their sums and counts (a mean over a window); the buckets stay at the engine
+    "ttft_seconds_sum": metric_names.TIME_TO_FIRST_TOKEN + "_sum",
+    "ttft_seconds_count": metric_names.TIME_TO_FIRST_TOKEN + "_count",
+    "itl_seconds_sum": metric_names.INTER_TOKEN_LATENCY + "_sum",
+    "itl_seconds_count": metric_names.INTER_TOKEN_LATENCY + "_count",
 }
 AVERAGED = {"kv_cache_usage_perc"}
 FRACTIONS = {"kv_cache_usage_perc"}

@@ -7,6 +7,10 @@ method's arguments into a request. `ControllerClient` (synchronous, httpx.Client
 with the same arguments; the async ones return awaitables. Replies are parsed into the response models of
 fleetctl/controller/responses.py (lists of models for lists, dicts of models for maps).
 
+`GET /api/v1/watch` is a stream: its call-table entry (`watch_stream`) yields the reply's lines as they
+arrive (`stream`); `watch()` parses them into the change stream's messages (fleetctl/watch_client.py, which
+also reconnects: `follow`).
+
 Errors are raised as fleetctl.errors: NotFound, AuthError, Conflict, ValidationFailed (422/413),
 Unavailable (503, connection refused, timeout), else FleetError (also for a reply that does not parse).
 The token is sent as a bearer header and never appears in messages or reprs.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote
@@ -31,7 +35,7 @@ from fleetctl.controller.responses import (
     AuditEventView, CanaryClassView, CanaryEventView, CanaryStreamView, ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted,
     DeploymentSetResult, DeploymentView, DrillStarted, DrillStopResult, DrillView, EngineChange, EngineDrift, EngineView, FlagSetResult, FlagView, FleetStatus, GatewayView,
     Health, HeartbeatResponse, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, TokenCreated,
-    TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView,
+    TokenRevoked, TokenView, TrafficPolicyView, TrafficSetResult, TrafficView, WhoAmI,
 )
 from fleetctl.controller.responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
 from fleetctl.controller.rollout.view import RolloutEventView, RolloutView
@@ -57,6 +61,7 @@ class Request:
     params: dict[str, Any] | None = None
     reason: str | None = None
     if_match: int | None = None
+    timeout_s: float | None = None  # streams: the longest wait for the next bytes (default the client's timeout)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Call:
     params: dict[str, Any] | None = None
     reason: str | None = None
     if_match: int | None = None
+    timeout_s: float | None = None
 
     def headers(self) -> dict[str, str]:
         headers = {REASON_HEADER: quote(self.reason)} if self.reason else {}
@@ -102,7 +108,8 @@ class Endpoint(Generic[P, R]):
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call:
         request = self.build(*args, **kwargs)
         path = self.path.format(**{key: quote(str(value), safe="") for key, value in request.path.items()})
-        return Call(self.method, path, self.adapter, request.json, request.params, request.reason, request.if_match)
+        return Call(self.method, path, self.adapter, request.json, request.params, request.reason, request.if_match,
+                    request.timeout_s)
 
     def __get__(self, client: Any, owner: type | None = None) -> Any:
         if client is None:
@@ -116,9 +123,29 @@ class Endpoint(Generic[P, R]):
         return method
 
 
+class StreamEndpoint(Endpoint[P, R]):
+    """A route whose reply is a stream: on a client instance, a method that returns the client's
+    `stream(call)`, the reply's lines as they arrive (an iterator; an async iterator on the async client)."""
+
+    def __get__(self, client: Any, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+
+        @functools.wraps(self.build)
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return client.stream(self.call(*args, **kwargs))
+
+        return method
+
+
 def endpoint(method: str, path: str, response: Any) -> Callable[[Callable[P, Request]], Endpoint[P, Any]]:
     """Declare a builder as the call of `method path`, whose reply parses as `response`."""
     return lambda build: Endpoint(method, path, response, build)
+
+
+def stream_endpoint(method: str, path: str) -> Callable[[Callable[P, Request]], Endpoint[P, Any]]:
+    """Declare a builder as the call of a streaming `method path` (its reply: text lines)."""
+    return lambda build: StreamEndpoint(method, path, str, build)
 
 
 def _params(**values: Any) -> dict[str, Any]:
@@ -169,6 +196,17 @@ class ControllerCalls:
 
     @endpoint("GET", "/api/v1/status", FleetStatus)
     def status() -> Request:
+        return Request()
+
+    @stream_endpoint("GET", "/api/v1/watch")
+    def watch_stream(resume: str | None = None, silence_s: float | None = None) -> Request:
+        """The change stream's SSE lines (parsed by fleetctl.watch_client: use `watch()` or `follow`); from
+        `resume` (a token seen) when given. `silence_s`: seconds without a byte that end it (Unavailable)."""
+        return Request(params=_params(resume=resume), timeout_s=silence_s)
+
+    @endpoint("GET", "/api/v1/whoami", WhoAmI)
+    def whoami() -> Request:
+        """The calling token's name and role."""
         return Request()
 
     @endpoint("GET", "/api/v1/drift", list[EngineDrift])
@@ -443,6 +481,26 @@ class ControllerClient(ControllerCalls):
             raise _unreachable(self.base_url, exc) from None
         return call.parse(_body(response))
 
+    def stream(self, call: Call) -> Iterator[str]:
+        """The reply's lines as they arrive; an error status raises as `send` does, at the first `next`."""
+        try:
+            with self._http.stream(call.method, call.path, params=call.params, headers=call.headers(),
+                                   timeout=_stream_timeout(self._http.timeout, call)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _body(response)
+                yield from response.iter_lines()
+        except httpx.ReadTimeout:
+            raise _silent(self.base_url, call) from None
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.base_url, exc) from None
+
+    def watch(self, resume: str | None = None) -> Iterator[Any]:
+        """The change stream's messages (watch_contract.WatchMessage), from `resume` when given."""
+        from fleetctl.watch_client import watch
+
+        return watch(self, resume)
+
 
 class AsyncControllerClient(ControllerCalls):
     """Asyncio client (the TUI's, the agent's and the gateway's): the same methods, each awaited."""
@@ -471,6 +529,38 @@ class AsyncControllerClient(ControllerCalls):
         except httpx.HTTPError as exc:
             raise _unreachable(self.base_url, exc) from None
         return call.parse(_body(response))
+
+    async def stream(self, call: Call) -> AsyncIterator[str]:
+        """The reply's lines as they arrive; an error status raises as `send` does, at the first `anext`."""
+        try:
+            async with self._http.stream(call.method, call.path, params=call.params, headers=call.headers(),
+                                         timeout=_stream_timeout(self._http.timeout, call)) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _body(response)
+                async for line in response.aiter_lines():
+                    yield line
+        except httpx.ReadTimeout:
+            raise _silent(self.base_url, call) from None
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.base_url, exc) from None
+
+    def watch(self, resume: str | None = None) -> AsyncIterator[Any]:
+        """The change stream's messages (watch_contract.WatchMessage), from `resume` when given."""
+        from fleetctl.watch_client import awatch
+
+        return awatch(self, resume)
+
+
+def _silent(base_url: str, call: Call) -> Unavailable:
+    waited = f" for {call.timeout_s:g} s" if call.timeout_s is not None else ""
+    return Unavailable(f"controller at {base_url} sent nothing{waited}")
+
+
+def _stream_timeout(timeout: httpx.Timeout, call: Call) -> httpx.Timeout:
+    """The client's timeouts, with the call's longest silence as the read timeout."""
+    return timeout if call.timeout_s is None else httpx.Timeout(timeout.connect, read=call.timeout_s,
+                                                                write=timeout.write, pool=timeout.pool)
 
 
 __all__ = ["AsyncControllerClient", "Call", "ControllerCalls", "ControllerClient", "Endpoint", "FleetError",

@@ -44,6 +44,12 @@ class EngineMetrics(BaseModel):
     # served tokens (the canary measures the fleet's busy capacity from them); an older agent sends none: 0
     prompt_tokens: NonNegative = Field(default=0, description="prompt tokens processed (counter)")
     generation_tokens: NonNegative = Field(default=0, description="tokens generated (counter)")
+    # latency sums and counts of the TTFT and inter-token histograms (their means over a window are the
+    # change stream's engine rates); an older agent sends none: 0
+    ttft_seconds_sum: NonNegative = Field(default=0, description="seconds to first token, summed over requests (counter)")
+    ttft_seconds_count: NonNegative = Field(default=0, description="requests with a first token (counter)")
+    itl_seconds_sum: NonNegative = Field(default=0, description="inter-token seconds, summed over tokens (counter)")
+    itl_seconds_count: NonNegative = Field(default=0, description="inter-token intervals observed (counter)")
 
     @model_validator(mode="before")
     @classmethod

@@ -82,6 +82,11 @@ def serve(
     canary_budget_window_s: Annotated[float | None, _opt("canary_budget_window_s", "--canary-budget-window")] = None,
     canary_probe_retention_s: Annotated[
         float | None, _opt("canary_probe_retention_s", "--canary-probe-retention")] = None,
+    watch_tick_s: Annotated[float | None, _opt("watch_tick_s", "--watch-tick")] = None,
+    watch_ping_s: Annotated[float | None, _opt("watch_ping_s", "--watch-ping")] = None,
+    watch_history_mib: Annotated[float | None, _opt("watch_history_mib", "--watch-history-mib")] = None,
+    watch_events: Annotated[int | None, _opt("watch_events", "--watch-events")] = None,
+    replica_name: Annotated[str | None, _opt("replica_name", "--replica-name")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="log every request")] = False,
 ) -> None:
@@ -101,7 +106,9 @@ def serve(
                          canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url,
                          canary_batch_conditions=canary_batch_conditions,
                          canary_budget_window_s=canary_budget_window_s,
-                         canary_probe_retention_s=canary_probe_retention_s)
+                         canary_probe_retention_s=canary_probe_retention_s, watch_tick_s=watch_tick_s,
+                         watch_ping_s=watch_ping_s, watch_history_mib=watch_history_mib, watch_events=watch_events,
+                         replica_name=replica_name)
     run(settings, log_level=log_level.lower(), access_log=access_log)
 
 

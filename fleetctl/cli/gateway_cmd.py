@@ -1,6 +1,8 @@
-"""`fleetctl gateway serve` and `fleetctl route explain`: the front door, and asking it how it would route.
+"""`fleetctl gateway serve|list` and `fleetctl route explain`: the front door, the gateways the controller
+knows, and asking one how it would route.
 
     fleetctl gateway serve [--controller URL] [--token T] [--engines URL[,URL...]] [--host H] [--port P] ...
+    fleetctl gateway list [-o table|json|yaml]
     fleetctl route explain --model M --prompt-file F [--chat] [--gateway URL] [-o table|json|yaml]
 
 NAME is None: main.py merges this module's two groups (`gateway`, `route`) into the root. `gateway serve`'s
@@ -17,8 +19,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from fleetctl.cli.context import cli, local_token
+from fleetctl.cli.context import cli, client, local_token
 from fleetctl.cli.output import Format, OutputOption, col, emit
+from fleetctl.cli.status_cmd import GATEWAY_COLUMNS
 from fleetctl.cli.settings_options import OptionMap, build_settings, given, setting_option
 from fleetctl.errors import Unavailable, ValidationFailed, error_from_body
 from fleetctl.gateway.settings import API_KEYS_ENV, ENGINE_API_KEY_ENV, GatewaySettings
@@ -130,6 +133,13 @@ def serve(
     if api_keys_file is not None and not api_keys_file.is_file():
         raise ValidationFailed(f"--api-keys-file {api_keys_file}: no such file", field="api_keys_file")
     run(settings, log_level=log_level.lower())
+
+
+@gateway_app.command("list")
+def gateway_list(ctx: typer.Context, output: OutputOption = Format.table) -> None:
+    """Every gateway that reported to the controller: URL, routing-table age and applied generation, and
+    whether it is live or stale (not heard from for 3 of its refresh intervals)."""
+    emit(client(ctx).list_gateways(), output, GATEWAY_COLUMNS)
 
 
 @route_app.command()

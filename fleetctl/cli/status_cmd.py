@@ -1,16 +1,18 @@
-"""`fleetctl status`: nodes, engines and deployments in one call (GET /api/v1/status)."""
+"""`fleetctl status`: nodes, engines, deployments and gateways in one call (GET /api/v1/status); with `--watch`,
+kept live from the controller's change stream (status_watch.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from fleetctl.cli.context import client
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, table, to_plain
+from fleetctl.errors import ValidationFailed
 
 NAME = "status"
-app = typer.Typer(invoke_without_command=True, help="Fleet status: nodes, engines, deployments.")
+app = typer.Typer(invoke_without_command=True, help="Fleet status: nodes, engines, deployments, gateways.")
 
 NODE_COLUMNS = [
     col("NODE", "name"), col("STATE", "state"),
@@ -31,6 +33,11 @@ DEPLOYMENT_COLUMNS = [
     col("DEPLOYMENT", "name"), col("MODEL", "model"), col("CLASS", "class_ref"), col("ROLE", "role"),
     Column("READY", lambda d: f"{d['ready']}/{d['replicas']}"), col("PENDING", "pending"),
 ]
+GATEWAY_COLUMNS = [
+    col("GATEWAY", "name"), col("URL", "url"), Column("TABLE AGE", lambda g: f"{g['table_age_s']:g}s"),
+    col("GENERATION", "generation"), Column("HEALTH", lambda g: "stale" if g["stale"] else "live"),
+    Column("SEEN", lambda g: f"{g['seen_ago_s']:g}s ago"),
+]
 
 
 def _drift(drift: list[dict[str, Any]]) -> str | None:
@@ -43,29 +50,46 @@ def _percent(value: Any) -> str | None:
 
 
 @app.callback()
-def status(ctx: typer.Context, output: OutputOption = Format.table) -> None:
-    """Nodes (state, heartbeat age, engines), engines (state, role, class, url, load), deployments (ready/desired)."""
+def status(
+    ctx: typer.Context,
+    output: OutputOption = Format.table,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="keep the view live from the controller's change "
+                                        "stream (redrawn on change, at most once a second); Ctrl-C ends it")] = False,
+    max_updates: Annotated[int | None, typer.Option("--max-updates", min=1, show_default=False,
+                                                    help="with --watch: stop after this many redraws")] = None,
+) -> None:
+    """Nodes (state, heartbeat age, engines), engines (state, role, class, url, load), deployments (ready/desired),
+    gateways (routing-table generation and age, live or stale)."""
+    if watch:
+        from fleetctl.cli.status_watch import watch_status
+
+        raise typer.Exit(watch_status(client(ctx), output, max_updates))
+    if max_updates is not None:
+        raise ValidationFailed("--max-updates: only with --watch", field="max_updates")
     data = client(ctx).status()
     if output is not Format.table:
         emit(data, output)
         return
-    leader = "leader" if data.controller.leader else "follower"
     plain = to_plain(data)
-    heading = f"controller: {leader}"
-    if data.drifted:
-        heading += (f"\ndrift: {data.drifted} engine(s) run a config that differs from their class revision "
-                    "(fleetctl class diff --live MODEL)")
-    sections = [(heading, None, None)] + [
-        (title, rows, columns) for title, rows, columns in (
-            ("NODES", plain["nodes"], NODE_COLUMNS),
-            ("ENGINES", plain["engines"], ENGINE_COLUMNS),
-            ("DEPLOYMENTS", plain["deployments"], DEPLOYMENT_COLUMNS),
-        )
-    ]
+    heading = f"controller: {'leader' if data.controller.leader else 'follower'}" + drift_line(data.drifted)
+    typer.echo(render(heading, [("NODES", plain["nodes"], NODE_COLUMNS), ("ENGINES", plain["engines"], ENGINE_COLUMNS),
+                                ("DEPLOYMENTS", plain["deployments"], DEPLOYMENT_COLUMNS),
+                                ("GATEWAYS", plain.get("gateways") or [], GATEWAY_COLUMNS)]))
+
+
+Section = tuple[str, list[dict[str, Any]], list[Column]]
+
+
+def render(heading: str, sections: list[Section]) -> str:
+    """The heading, then each section's table (or "TITLE: none"), a blank line apart."""
+    parts = [heading]
     for title, rows, columns in sections:
-        if columns is None:
-            typer.echo(title)
-        elif rows:
-            typer.echo("\n" + table(rows, columns))
-        else:
-            typer.echo(f"\n{title}: none")
+        parts.append(table(rows, columns) if rows else f"{title}: none")
+    return "\n\n".join(parts)
+
+
+def drift_line(drifted: int) -> str:
+    if not drifted:
+        return ""
+    return (f"\ndrift: {drifted} engine(s) run a config that differs from their class revision "
+            "(fleetctl class diff --live MODEL)")

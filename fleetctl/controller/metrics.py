@@ -16,6 +16,14 @@ at start.
   -1 not measured; `fleet_canary_statistic{model, class, batch}`: its divergence test statistic in count
   units (it alarms at the threshold, docs/canary.md). The production stream is class "*", batch "mixed";
   pinned streams are batch "b1", "b4", ... Read from the stored streams at each scrape.
+- the change stream (watch_hub.py), read from the hub's counters at each scrape:
+  `fleet_controller_watch_viewers` (connected now), `fleet_controller_watch_ticks_total` and
+  `fleet_controller_watch_tick_seconds_total` (builds of the watched resources and the time they took),
+  `fleet_controller_watch_tick_errors_total`, `fleet_controller_watch_deltas_total`,
+  `fleet_controller_watch_serialisations_total{kind="delta|snapshot"}` (each delta once, each snapshot at
+  most once per sequence number, whatever the number of viewers), `fleet_controller_watch_snapshots_sent_total`,
+  `fleet_controller_watch_resumes_total`, `fleet_controller_watch_dropped_total` (deltas dropped from the
+  history) and `fleet_controller_watch_history_bytes`.
 """
 
 from __future__ import annotations
@@ -24,12 +32,13 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 log = logging.getLogger(__name__)
 
 DriftSample = tuple[str, str, bool]  # (engine, class_ref, drifted)
 CanarySample = tuple[str, str, str, float, float]  # (model, class, batch, verdict code, statistic)
+WatchSample = dict[str, float]  # watch_hub.WatchCounters' fields, `viewers` and `history_bytes`
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes, as the engines serve it
 # A placement pass over a few nodes takes milliseconds; over a thousand, up to seconds.
@@ -58,6 +67,10 @@ class ControllerMetrics:
     def watch_canary(self, read: Callable[[], Iterable[CanarySample]]) -> None:
         """Export `fleet_canary_verdict` and `fleet_canary_statistic` from `read()` at every scrape."""
         self.registry.register(CanaryCollector(read))
+
+    def watch_stream(self, read: Callable[[], WatchSample]) -> None:
+        """Export the change stream's `fleet_controller_watch_*` from `read()` at every scrape."""
+        self.registry.register(WatchCollector(read))
 
     def count_dropped_heartbeat(self, reason: str) -> None:
         self.heartbeat_dropped.labels(reason).inc()
@@ -130,3 +143,40 @@ class CanaryCollector:
             statistics.add_metric([model, class_ref, batch], statistic)
         yield verdicts
         yield statistics
+
+
+class WatchCollector:
+    """The change stream's counters and gauges, read from its hub when scraped."""
+
+    PREFIX = "fleet_controller_watch_"
+    COUNTERS = {
+        "ticks": "Builds of the watched resources.",
+        "tick_seconds": "Seconds spent building the watched resources.",
+        "tick_errors": "Builds that failed (the stream kept its last state).",
+        "deltas": "Deltas appended to the change stream's history.",
+        "snapshots_sent": "Snapshots sent to viewers (new, unknown or too old tokens, readers that fell behind).",
+        "resumes": "Connections that resumed from a token without a snapshot.",
+        "dropped": "Deltas dropped from the history to keep it within its size.",
+    }
+    GAUGES = {"viewers": "Viewers connected to the change stream.",
+              "history_bytes": "Bytes of serialised deltas held for viewers that resume or fall behind."}
+
+    def __init__(self, read: Callable[[], WatchSample]):
+        self.read = read
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # collected only when scraped (the hub may be read at any time)
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self.read()
+        for name, help_text in self.COUNTERS.items():
+            family = CounterMetricFamily(self.PREFIX + name, help_text)
+            family.add_metric([], sample[name])
+            yield family
+        serialisations = CounterMetricFamily(self.PREFIX + "serialisations", "Deltas and snapshots serialised "
+                                             "(each once, whatever the number of viewers).", labels=["kind"])
+        serialisations.add_metric(["delta"], sample["delta_serialisations"])
+        serialisations.add_metric(["snapshot"], sample["snapshot_serialisations"])
+        yield serialisations
+        for name, help_text in self.GAUGES.items():
+            yield GaugeMetricFamily(self.PREFIX + name, help_text, value=sample[name])

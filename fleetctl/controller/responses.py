@@ -192,6 +192,8 @@ class FleetStatus(ResponseModel):
     engines: list[EngineView] = Field(description="every assigned or reported engine")
     deployments: list[DeploymentStatus] = Field(description="every deployment, with placement counts")
     drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
+    gateways: list[GatewayView] = Field(default_factory=list, description="every gateway that reported, with "
+                                        "its routing table's generation and age; empty from an older controller")
 
 
 # --- canary drills ---
@@ -301,6 +303,11 @@ class TokenView(ResponseModel):
     created_at: str = Field(description="time of creation")
     created_by: str = Field(description="token name that created it")
     revoked_at: str | None = Field(description="time of revocation; None while active")
+
+
+class WhoAmI(ResponseModel):
+    name: str = Field(description="the calling token's name (the audit log's actor)")
+    role: str = Field(description="viewer | operator | admin | agent: a viewer token may only read")
 
 
 class TokenCreated(TokenView):
@@ -425,6 +432,6 @@ __all__ = [
     "GatewayView", "Health", "HeartbeatResponse", "NodeCapacity", "NodeChange", "NodeDetail", "NodeView",
     "RegisterResponse", "ResponseModel", "RevisionTraffic", "RoutingEngine", "RoutingModel", "RoutingTable",
     "SpecChange", "TokenCreated", "TokenRevoked", "TokenView", "TrafficPolicyView", "TrafficSetResult",
-    "TrafficView",
+    "TrafficView", "WhoAmI",
     "ConditionNoiseTotal", "GoldenSetStored", "GoldenSetSummary", "ReferenceSummary",  # the canary's stored sets
 ]

@@ -8,6 +8,9 @@ runs on its own schedule) and the heartbeat flusher. The reconcilers are the pla
 unless the caller passes others. The API calls `wake()` after changing deployments or nodes
 so every reconciler runs at once instead of at its next scheduled time (wakes are coalesced, see runner.py).
 Tests drive it without the threads: `step(now)` is one pass of every reconciler.
+
+`watch` is the process's change stream hub (watch_hub.py, `GET /api/v1/watch`): it ticks in a thread of
+its own while viewers are connected (with `background`; tests tick it by hand) and is closed on stop.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from fleetctl.controller.reconciler import PLACEMENT, PlacementReconciler, Recon
 from fleetctl.controller.rollout_reconciler import RolloutReconciler
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.tokens import ensure_bootstrap_token
+from fleetctl.controller.watch_hub import WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,8 @@ class ControllerRuntime:
         )
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        self.watch = WatchHub(settings, self.store, clock, lambda: self.is_leader, timer)
+        self.metrics.watch_stream(self._watch_samples)
 
     @property
     def is_leader(self) -> bool:
@@ -106,6 +112,7 @@ class ControllerRuntime:
 
     def stop(self) -> None:
         self._stop.set()
+        self.watch.close()
         self.runner.stop()  # also gives up leadership
         if self._flusher is not None:
             self._flusher.join(timeout=10)
@@ -133,6 +140,10 @@ class ControllerRuntime:
     def _canary_samples(self) -> list[canary_streams.MetricSample]:
         with self.store.session() as session:
             return canary_streams.metric_samples(session)
+
+    def _watch_samples(self) -> dict[str, float]:
+        hub = self.watch
+        return {**vars(hub.counters), "viewers": hub.viewers, "history_bytes": hub.history_bytes}
 
     def flush_heartbeats(self) -> None:
         if self.heartbeats is not None:

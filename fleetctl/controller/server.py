@@ -23,6 +23,7 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
+STARTUP_FAILURE = 3  # uvicorn's exit status when the server could not start
 GIL_SWITCH_INTERVAL_S = 0.0005
 GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (CPython's default: 700)
 
@@ -38,7 +39,27 @@ def serve(settings: ControllerSettings, log_level: str = "info", access_log: boo
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     app = create_app(settings)
     quiet_garbage_collector()
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, access_log=access_log)
+    server = ControllerServer(config, app.state.runtime)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn raises the signal it shut down on again: Ctrl-C is a clean exit (as uvicorn.run)
+        pass
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
+
+
+class ControllerServer(uvicorn.Server):
+    """uvicorn's server, ending the change stream's connections first when it shuts down: uvicorn waits for
+    open responses to finish before it stops, and a watch stream would never finish by itself."""
+
+    def __init__(self, config: uvicorn.Config, runtime: ControllerRuntime):
+        super().__init__(config)
+        self.runtime = runtime
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.runtime.watch.close()
+        await super().shutdown(sockets)
 
 
 def quiet_garbage_collector() -> None:
@@ -75,14 +96,15 @@ class ServerThread:
             client = ControllerClient(server.url, token)
     """
 
-    def __init__(self, settings: ControllerSettings):
+    def __init__(self, settings: ControllerSettings, runtime: ControllerRuntime | None = None):
+        """`runtime`: one built by the caller over these settings (e.g. with a test clock); default a new one."""
         if settings.port == 0:
             settings = settings.model_copy(update={"port": free_port(settings.host)})
         self.settings = settings
-        self.runtime = ControllerRuntime(settings)
+        self.runtime = runtime if runtime is not None else ControllerRuntime(settings)
         config = uvicorn.Config(create_app(runtime=self.runtime), host=settings.host, port=settings.port,
                                 log_level="warning", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = ControllerServer(config, self.runtime)
         self._thread = threading.Thread(target=self._server.run, name="fleetctl-controller", daemon=True)
 
     @property

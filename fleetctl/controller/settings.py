@@ -35,6 +35,8 @@ ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
     "canary_floor_interval_s", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
     "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url", "canary_batch_conditions")})
+ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
+    "watch_tick_s", "watch_ping_s", "watch_history_mib", "watch_events", "replica_name")})
 
 
 class ControllerSettings(BaseModel):
@@ -111,6 +113,19 @@ class ControllerSettings(BaseModel):
         "one (Authorization: Bearer); give it no rate limit. Default none (open gateways)")
     canary_webhook_url: str | None = Field(
         default=None, description="POST each canary alert and recovery here as JSON; default none")
+    # --- the change stream, GET /api/v1/watch (fleetctl/controller/watch_hub.py, docs/control-plane.md) ---
+    watch_tick_s: float = Field(
+        default=1.0, gt=0, le=60, description="seconds between two readings of the fleet while a viewer is connected; "
+        "what changed between them is one delta")
+    watch_ping_s: float = Field(
+        default=2.0, gt=0, le=300, description="seconds of silence after which a viewer gets a ping (clients treat "
+        "about 3 of these without one as a broken stream)")
+    watch_history_mib: float = Field(
+        default=32.0, gt=0, description="MiB of serialised deltas kept for viewers that resume or fall behind; "
+        "the oldest are dropped first (such a viewer gets a snapshot)")
+    watch_events: int = Field(default=200, ge=0, le=10_000, description="events (audit, canary, rollout) a snapshot carries")
+    replica_name: str | None = Field(
+        default=None, max_length=200, description="this controller replica's name in the change stream; default HOST:PORT")
 
     @property
     def batch_conditions(self) -> tuple[int, ...]:

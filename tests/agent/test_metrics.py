@@ -44,6 +44,13 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="smollm
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="smollm2-135m"} 4.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="smollm2-135m"} 4.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="smollm2-135m"} 0.4
+vllm:time_to_first_token_seconds_count{engine="1",model_name="smollm2-135m"} 2.0
+vllm:time_to_first_token_seconds_sum{engine="1",model_name="smollm2-135m"} 0.5
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="smollm2-135m"} 30.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="smollm2-135m"} 40.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="smollm2-135m"} 40.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="smollm2-135m"} 0.8
 """
 
 
@@ -52,7 +59,15 @@ def test_sample_exposition():
         num_requests_running=4, num_requests_waiting=2, kv_cache_usage_perc=0.375,
         prefix_cache_queries=64_929_219 + 1000, prefix_cache_hits=44_041_600 + 500,
         prompt_tokens=15_000, generation_tokens=4000,
+        ttft_seconds_sum=0.9, ttft_seconds_count=6, itl_seconds_sum=0.8, itl_seconds_count=40,
     )
+
+
+def test_latency_histograms_give_only_their_sums_and_counts():
+    metrics = parse_engine_metrics(SAMPLE)
+    assert "vllm:time_to_first_token_seconds_bucket" not in (metrics.model_extra or {})
+    assert metrics.ttft_seconds_sum / metrics.ttft_seconds_count == pytest.approx(0.15)
+    assert metrics.itl_seconds_sum / metrics.itl_seconds_count == pytest.approx(0.02)
 
 
 def test_served_token_counters_from_an_older_engine_read_as_zero_and_an_older_agent_beat_validates():
@@ -61,6 +76,7 @@ def test_served_token_counters_from_an_older_engine_read_as_zero_and_an_older_ag
     older = {"num_requests_running": 1, "num_requests_waiting": 0, "kv_cache_usage_perc": 0.0,
              "prefix_cache_queries": 0, "prefix_cache_hits": 0}
     assert EngineMetrics.model_validate(older).generation_tokens == 0
+    assert EngineMetrics.model_validate(older).ttft_seconds_count == 0
 
 
 def test_untyped_counters_as_an_older_scrape_shows_them():

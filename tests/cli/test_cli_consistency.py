@@ -26,7 +26,7 @@ READ = {
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
-    "canary references", "canary golden check",
+    "canary references", "canary golden check", "gateway list",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",

@@ -1,7 +1,8 @@
 """The typed client covers the controller API exactly: every route declares a response schema, every route
 has one entry in the client's call table (and every entry a route), the sync and async clients have the
 same methods, and each family of response models round-trips a real controller's replies unchanged
-(SQLite and PostgreSQL): the model's JSON form equals the body the controller sent."""
+(SQLite and PostgreSQL): the model's JSON form equals the body the controller sent (for the change stream:
+its first event's data)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from fleetctl.controller.api.app import create_app
 from fleetctl.controller.server import ServerThread
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.testing import role_tokens
+from fleetctl.controller.watch_contract import WatchSnapshot
 from fleetctl.replica_class import ReplicaClassSpec, correctness_digest
+from fleetctl.watch_client import sse_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
@@ -39,7 +42,7 @@ NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
             "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"},
-            "canary_refs": {"canary-refs"}}
+            "canary_refs": {"canary-refs"}, "watch": {"watch"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -71,7 +74,7 @@ def test_every_route_declares_its_success_response_schema() -> None:
         success = operation["responses"].get("200") or operation["responses"].get("201") or {}
         content = success.get("content", {})
         json_schema = content.get("application/json", {}).get("schema")
-        declared = (json_schema not in (None, {})) or "text/plain" in content
+        declared = (json_schema not in (None, {})) or "text/plain" in content or "text/event-stream" in content
         if not declared:
             missing.append(f"{method} {path}")
     assert missing == []
@@ -342,6 +345,22 @@ def test_canary_golden_sets_and_references_round_trip(checked: Checked) -> None:
     assert (stored.class_ref, stored.noise[1].runs) == ("chat@r1", 3 * len(golden.prompts))
     assert [r.id for r in checked("viewer", "list_references", model=golden.model)] == [stored.id]
     checked.assert_covered("canary_refs")
+
+
+def test_watch_and_whoami_round_trip(checked: Checked) -> None:
+    engine = run_one_ready_engine(checked)
+    me = checked("viewer", "whoami")
+    assert me.role == "viewer" and me.name.startswith("test-viewer")
+    with ControllerClient(checked.server.url, checked.tokens["viewer"]) as client:
+        lines = client.watch_stream()
+        first = next(sse_events(lines))
+        lines.close()
+    snapshot = WatchSnapshot.model_validate_json(first.data)
+    assert (first.event, first.id) == ("snapshot", snapshot.token)
+    assert snapshot.model_dump(mode="json", by_alias=True) == json.loads(first.data)
+    assert [value["name"] for value in snapshot.resources["engine"].values()] == [engine]
+    checked.covered.add(("GET", "/api/v1/watch"))
+    checked.assert_covered("watch")
 
 
 async def test_the_async_client_returns_the_same_models(checked: Checked) -> None:

@@ -23,11 +23,13 @@ from fleetctl.controller.api.routes_nodes import router as nodes_router
 from fleetctl.controller.api.routes_policy import router as policy_router
 from fleetctl.controller.api.routes_rollouts import router as rollouts_router
 from fleetctl.controller.api.routes_status import router as status_router
+from fleetctl.controller.api.routes_watch import router as watch_router
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
 ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router,
-           gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router, canary_refs_router)
+           gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router, canary_refs_router,
+           watch_router)
 
 
 def create_app(settings: ControllerSettings | None = None, runtime: ControllerRuntime | None = None) -> FastAPI:
