@@ -245,7 +245,7 @@ class FleetApp(App[None]):
         hidden = set()
         shared = {key for key, _ in screen_keys(BaseScreen)}
         sections = [("Everywhere", [*screen_keys(BaseScreen), ("1-5", "the screens, in order below"),
-                                    (":q", "quit (also ctrl+c)")])]
+                                    (":q", "quit too (and ctrl+c)")])]
         for entry in registry.entries():
             factory: Any = entry.factory
             if self.readonly:

@@ -86,6 +86,13 @@ async def test_number_keys_and_the_command_line_switch_screens() -> None:
         assert app.return_code == 0
 
 
+async def test_q_quits() -> None:
+    async with running(Script(small_fleet())) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert pilot.app.return_code == 0
+
+
 async def test_a_command_can_switch_and_filter() -> None:
     async with running(Script(small_fleet())) as pilot:
         await pilot.press("2", ":", *"fleet state:failed", "enter")
