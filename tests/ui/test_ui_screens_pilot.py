@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable, RichLog, Static
+from textual.widgets import DataTable, Static
 from uiscreens_data import MODEL, FrozenClock, Script, delta, event, paused_rollout, snapshot
 
 from ui.app import make_app
@@ -78,7 +78,7 @@ async def test_quality_shows_not_measured_never_blank() -> None:
         assert isinstance(screen, QualityScreen)
         grid = screen.query_one("#quality-grid", DataTable)
         chat_r2 = [cell.plain for cell in grid.get_row(f"{MODEL}/chat@r2")]
-        assert chat_r2 == [MODEL, "chat@r2", "◆ drifting", "not measured", "✖ failing", "not measured", "·"]
+        assert chat_r2 == ["  chat@r2", "◆ drifting", "not measured", "✖ failing", "not measured", "·"]
         assert all(cell.plain.strip() for row in grid.rows for cell in grid.get_row(row))
         assert "drill 4: misroute 15%" in text_of(screen.query_one("#quality-drills", Static))
 
@@ -90,7 +90,7 @@ async def test_the_evidence_follows_the_cursor() -> None:
         await pilot.pause()
         grid = app.screen.query_one("#quality-grid", DataTable)
         grid.focus()
-        grid.move_cursor(row=grid.get_row_index(f"{MODEL}/chat@r2"), column=4)  # b8
+        grid.move_cursor(row=grid.get_row_index(f"{MODEL}/chat@r2"), column=3)  # b8
         await pilot.pause()
         evidence = text_of(app.screen.query_one("#quality-evidence", Static))
         assert "chat@r2 b8" in evidence and "bad 9 of 40 probes" in evidence and "blamed: chat@r2 chat-2" in evidence
@@ -129,8 +129,8 @@ async def test_traffic_shows_weights_the_drill_and_each_gateway() -> None:
         assert "not known yet" in title_of(gateways)
 
 
-async def test_events_follow_live_unless_scrolled_up() -> None:
-    many = [event(n, "audit", "info", f"node n{n}", "node.cordon ok") for n in range(60)]
+async def test_events_follow_live_unless_moved_up() -> None:
+    many = [event(n, "audit", "info", f"n{n}", "node.cordon ok") for n in range(60)]
     script = Script(snapshot(fleet_events=many))
     app = app_with(script)
     async with app.run_test(size=(100, 24)) as pilot:
@@ -138,19 +138,21 @@ async def test_events_follow_live_unless_scrolled_up() -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, EventsScreen)
-        log = screen.query_one("#events-log", RichLog)
-        assert log.is_vertical_scroll_end and log.max_scroll_y > 0
-        script.send(delta(2, events_added=[event(60, "canary", "alert", "m/chat@r2 b8", "healthy -> failing")]))
+        table = screen.table
+        assert table.cursor_key == "audit:59" and table.scroll_y > 0  # the newest, at the bottom
+        script.send(delta(2, events_added=[event(60, "canary", "alert", "chat@r2", "b8: healthy -> failing")]))
         await pilot.pause(0.3)
-        assert log.is_vertical_scroll_end and "healthy -> failing" in log.lines[-1].text
-        log.scroll_home(animate=False)
+        assert table.keys[-1] == table.cursor_key == "canary:60"  # followed
+        assert "b8: healthy -> failing" in text_of(screen.query_one("#event-detail", Static))
+        await pilot.press("up", "up", "up")
         await pilot.pause()
-        script.send(delta(3, events_added=[event(61, "audit", "info", "node n61", "node.drain ok")]))
+        assert table.cursor_key == "audit:57"
+        script.send(delta(3, events_added=[event(61, "audit", "info", "n61", "node.drain ok")]))
         await pilot.pause(0.3)
-        assert log.scroll_offset.y == 0 and "node.drain ok" in log.lines[-1].text  # written, not followed
+        assert table.keys[-1] == "audit:61" and table.cursor_key == "audit:57"  # added, not followed
         await pilot.press("G")
         await pilot.pause()
-        assert log.is_vertical_scroll_end
+        assert table.cursor_key == "audit:61"
 
 
 async def test_the_events_filter() -> None:
@@ -159,20 +161,20 @@ async def test_the_events_filter() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.press("5")
         await pilot.pause()
-        log = app.screen.query_one("#events-log", RichLog)
-        assert len(log.lines) == 6
+        table = app.screen.table
+        assert len(table.keys) == 6
         await pilot.press("/", *"source:canary", "enter")
         await pilot.pause()
-        assert [line.text.split()[2] for line in log.lines] == ["canary", "canary"]
-        assert title_of(log) == "Events: 2 of 6 · /source:canary"
+        assert table.keys == ["canary:3", "canary:6"]
+        assert title_of(table) == "Events: 2 of 6 · /source:canary"
         script.send(delta(2, events_added=[event(7, "audit", "alert", "x", "audit line"),
                                            event(8, "canary", "alert", "y", "canary line")]))
         await pilot.pause(0.3)
-        assert len(log.lines) == 3 and "canary line" in log.lines[-1].text  # new events filtered too
+        assert table.keys == ["canary:3", "canary:6", "canary:8"]  # new events filtered too
         await pilot.press("/", "ctrl+a", "ctrl+k", *"severity:alert !canary", "enter")
         await pilot.pause()
-        assert [line.text.split()[1] for line in log.lines] == ["alert", "alert"]  # the audit alerts
+        assert table.keys == ["audit:5", "audit:7"]
         await pilot.press("/", "escape")
         await pilot.pause()
-        assert len(log.lines) == 8 and title_of(log) == "Events: 8 of 8"
+        assert len(table.keys) == 8 and title_of(table) == "Events: 8 of 8"
         assert not app.screen.query_one("#prompt").is_open

@@ -49,19 +49,23 @@ def test_rollouts_active_first_then_finished_dimmed() -> None:
 
 
 def test_the_detail_marks_the_current_step_and_counts_the_pause_down() -> None:
-    text = rollouts.detail(paused_rollout(), 83.0).plain
+    mine = [e for e in events() if e.subject == "rollouts/7"]
+    text = rollouts.detail(paused_rollout(), 83.0, rollouts.events_of(paused_rollout(), events())).plain
+    assert text.startswith("॥ paused: pause step, 1m23s left\n")
     assert "▶ 2: pause 2m  1m23s left" in text
     assert "✔ 1: setWeight 10" in text and "  3: analysis latency" in text
-    assert "pause step, 1m23s left" in text
-    assert "weights chat@r1=90 chat@r2=10  (B asked for 10%) ✔ every gateway routes on them" in text
-    assert "A chat@r1 2/2 ready" in text
+    assert "weights chat@r1=90 chat@r2=10 · B asks 10% · ✔ on every gateway" in text
+    assert "engines A chat@r1 2/2 ready · B chat@r2 2/2 ready" in text
+    assert text.endswith("events\n  09:17:13 started: chat@r1 -> chat@r2 (alice)\n  09:17:33 paused: CanaryPauseStep")
+    assert len(mine) == 2 and rollouts.title(paused_rollout()) == f"rollout 7: {MODEL} chat@r1 -> chat@r2"
 
 
 def test_gates_show_the_value_against_the_threshold() -> None:
     view = paused_rollout()
-    latency, errors = (rollouts.gate_line(view, gate).plain for gate in view.gates)
-    assert "ttft p90" in latency and "0.41 s ≤ 0.46 s (1.2 × A 0.38 s)" in latency
-    assert "error rate" in errors and "2%, needs < 1%" in errors and "failed 1/2" in errors
+    (latency, latency_counts), (errors, error_counts) = (rollouts.gate_lines(view, gate) for gate in view.gates)
+    assert latency.plain == "  ◌ ttft p90  0.41 s ≤ 0.46 s (1.2 × A 0.38 s)"
+    assert latency_counts.plain == "      latency/ttft · Running · ✔ 2 · failed 0/0 · next 8s"
+    assert errors.plain == "  ◌ error rate  2%, needs < 1%" and error_counts.plain.endswith("failed 1/2")
     no_value = view.gates[0].model_copy(update={"latest": None})
     assert rollouts.comparison(view, no_value).plain == "no measurement yet"
 
@@ -75,13 +79,16 @@ def _grid() -> tuple[list[str], list[quality.GridRow], dict]:
 def test_the_canary_grid_has_a_row_per_revision_and_production_per_model() -> None:
     cols, rows, keyed = _grid()
     assert cols == ["b1", "b4", "b8", "b16", "mixed"]
-    assert [(r.model, r.revision) for r in rows] == [
-        (OTHER, "tiny@r5"), (OTHER, "production"), (MODEL, "chat@r1"), (MODEL, "chat@r2"), (MODEL, "production")]
-    cells = {(r.model, r.revision): [c.plain for c in quality.cells(r, cols, keyed)[2:]] for r in rows}
+    assert [(r.model, r.revision, r.label) for r in rows] == [
+        (OTHER, "production", OTHER), (OTHER, "tiny@r5", "  tiny@r5"),
+        (MODEL, "production", MODEL), (MODEL, "chat@r1", "  chat@r1"), (MODEL, "chat@r2", "  chat@r2")]
+    cells = {(r.model, r.revision): [c.plain for c in quality.cells(r, cols, keyed)[1:]] for r in rows}
     assert cells[(MODEL, "chat@r1")] == ["✔ healthy"] * 4 + ["·"]
     assert cells[(MODEL, "chat@r2")] == ["◆ drifting", "not measured", "✖ failing", "not measured", "·"]
     assert cells[(MODEL, "production")] == ["·"] * 4 + ["◆ drifting"]
     assert cells[(OTHER, "production")] == ["·"] * 4 + ["not measured"]  # not sent: still not measured
+    narrow = [c.plain for c in quality.cells(rows[-1], cols, keyed, narrow=True)[1:]]
+    assert narrow == ["◆ drifting", "not\nmeasured", "✖ failing", "not\nmeasured", "·"]  # 80 columns
 
 
 def test_not_measured_is_never_green_and_never_blank() -> None:
@@ -98,7 +105,8 @@ def test_the_evidence_of_a_stream() -> None:
     assert "divergence statistic 7.9 vs threshold 5  (over)" in text
     assert "bad 9 of 40 probes; first divergence at token 3" in text
     assert "blamed: chat@r2 chat-2" in text and "arith-3 (5)" in text
-    assert quality.stream_at(chat_r2, "b16") == quality.stream_at(chat_r2, None)  # the row's first stream
+    assert quality.stream_at(chat_r2, "b16") is None  # expected, not sent: not measured
+    assert quality.stream_at(chat_r2, None) == quality.stream_at(chat_r2, "mixed") == chat_r2.cells["b1"]
     assert quality.evidence(None, f"{MODEL} chat@r2 b16").plain.startswith(f"{MODEL} chat@r2 b16: not measured")
 
 
@@ -115,8 +123,9 @@ def test_traffic_rows_and_the_drill_on_top_of_them() -> None:
     rows = tr.revision_rows(views)
     assert [key for key, _ in rows] == [f"{OTHER}/tiny@r5", f"{MODEL}/chat@r1", f"{MODEL}/chat@r2", f"{MODEL}/chat@r3"]
     chat_r3 = [c.plain for c in rows[3][1]]
-    assert chat_r3[1] == "chat@r3 ⚑ drill" and chat_r3[3].endswith("0.0%")
-    assert [c.plain for c in rows[0][1]][5] == "no policy: equal"
+    assert chat_r3[1] == "chat@r3 ⚑ drill" and chat_r3[3] == "░░░░░░░░    0%"
+    assert [c.plain for c in rows[1][1]][3] == "███████░   90%"
+    assert [c.plain for c in rows[0][1]][5] == "(equal)"
     line = tr.drill_lines(views, {MODEL: 600.0})[0].plain
     assert "misroute 15%" in line and "10m00s left" in line and "fleetctl drill stop 4" in line
 
@@ -127,8 +136,7 @@ def test_gateways_against_the_controller_generation() -> None:
     assert rows["gw-a"][3:5] == ["42 = 42", "live"]
     assert rows["gw-b"][3:5] == ["41 < 42", "live"]
     assert rows["gw-c"][3:5] == ["37", "stale"]  # a stale gateway is not held to the generation
-    assert tr.gateway_summary(keyed.values(), 42).plain == \
-        "controller generation 42: 1/2 live gateway(s) applied it; 1 stale"
+    assert tr.gateway_summary(keyed.values(), 42).plain == "generation 42 applied by 1/2 live · 1 stale"
     assert "not known yet" in tr.gateway_summary(keyed.values(), None).plain
     assert tr.gateway_rows(keyed, None)[0][1][3].plain == "42"
 
@@ -142,6 +150,7 @@ def test_gateways_against_the_controller_generation() -> None:
     ("!source:audit rollout", ["rollout:2", "rollout:4"]),
     ("ALICE", ["audit:1", "rollout:2"]),
     ("chat@r2 b8", ["canary:3"]),
+    ("subject:rollouts/7", ["rollout:2", "rollout:4"]),
 ])
 def test_the_event_filter(text: str, ids: list[str]) -> None:
     assert [e.id for e in ev.select(events(), ev.parse_filter(text))] == ids
@@ -149,7 +158,7 @@ def test_the_event_filter(text: str, ids: list[str]) -> None:
 
 def test_an_event_line_is_coloured_by_severity() -> None:
     alert = ev.line(events()[2])
-    assert alert.plain.startswith("09:17:23 alert   canary ")
+    assert alert.plain == "09:17:23 alert   canary  chat@r2  b8: healthy -> failing: divergence 7.9 over 5"
     assert any("orange_red1" in str(span.style) for span in alert.spans)
     assert ev.line(events()[0]).plain.endswith("(alice)")
 

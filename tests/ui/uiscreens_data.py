@@ -13,7 +13,15 @@ from typing import Any
 from fleetctl.controller.contract import GatewayView
 from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView, RevisionTraffic, TrafficView
 from fleetctl.controller.rollout.view import GateView, MeasurementView, RolloutView, StepView
-from fleetctl.controller.watch_contract import FleetEventView, WatchDelta, WatchMessage, WatchSnapshot
+from fleetctl.controller.watch_contract import (
+    CONTROLLER_KEY,
+    ControllerWatchView,
+    FleetEventView,
+    PulseView,
+    WatchDelta,
+    WatchMessage,
+    WatchSnapshot,
+)
 from fleetctl.canary.types import Evidence
 
 T0 = datetime(2026, 3, 14, 9, 26, 53, tzinfo=timezone.utc)
@@ -150,12 +158,12 @@ def event(n: int, source: str, severity: str, subject: str, message: str, actor:
 
 def events() -> list[FleetEventView]:
     return [
-        event(1, "audit", "info", "node n1", "node.cordon ok: maintenance", "alice"),
-        event(2, "rollout", "info", "rollout 7", "started: chat@r1 -> chat@r2", "alice"),
-        event(3, "canary", "alert", f"{MODEL}/chat@r2 b8", "healthy -> failing: divergence 7.9 over 5"),
-        event(4, "rollout", "warning", "rollout 7", "paused: CanaryPauseStep"),
-        event(5, "audit", "alert", "traffic smollm2-135m", "traffic.set error: correctness_split_refused", "bob"),
-        event(6, "canary", "info", f"{MODEL}/chat@r1 b1", "not_measured -> healthy"),
+        event(1, "audit", "info", "n1", "node.cordon ok: maintenance", "alice"),
+        event(2, "rollout", "info", "rollouts/7", "started: chat@r1 -> chat@r2", "alice"),
+        event(3, "canary", "alert", "chat@r2", "b8: healthy -> failing: divergence 7.9 over 5"),
+        event(4, "rollout", "warning", "rollouts/7", "paused: CanaryPauseStep"),
+        event(5, "audit", "alert", MODEL, "traffic.set error: correctness_split_refused", "bob"),
+        event(6, "canary", "info", "chat@r1", "b1: not_measured -> healthy"),
     ]
 
 
@@ -171,7 +179,13 @@ def snapshot(*, rollouts: Iterable[RolloutView] | None = None, canary: Iterable[
 
     flag_views = {name: dumped(FlagView(value=value, updated_at=at(-900), updated_by="alice"))
                   for name, value in (flags or {}).items()}
+    controller = ControllerWatchView(replica="controller-0", leader=True, version="0.9.0", at=at())
+    pulse = PulseView(at=at(), window_s=10.0, requests_s=12.5, tokens_s=4210.0, ttft_p50_s=0.12, ttft_p90_s=0.34,
+                      itl_p90_s=0.025, rejections_s=0.0, prefix_hit_rate=0.62, routing_table_age_s=1.2, nodes=2,
+                      nodes_up=2, engines=5, engines_ready=5, flags={})
     resources = {
+        "controller": {CONTROLLER_KEY: dumped(controller)},
+        "pulse": {CONTROLLER_KEY: dumped(pulse)},
         "rollout": keyed("rollout", [paused_rollout(), finished_rollout()] if rollouts is None else rollouts),
         "canary_stream": keyed("canary_stream", streams() if canary is None else canary),
         "drill": keyed("drill", [drill()] if drills is None else drills),

@@ -8,12 +8,13 @@ it appears in the source, severity, subject, message or actor. `!word` (or `!fie
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 
 from fleetctl.controller.watch_contract import FleetEventView
+from ui.columns import Column, Fitted
 from ui.present.timefmt import clock_time
 
 SEVERITY_STYLES = {"info": "", "warning": "dark_orange", "alert": "bold orange_red1"}
@@ -66,10 +67,56 @@ def select(events: Iterable[FleetEventView], event_filter: EventFilter) -> list[
 
 
 def line(event: FleetEventView) -> Text:
-    """'12:03:04 alert   canary  smollm2/chat@r2 b8  drifting -> failing ...  (alice)'."""
+    """'12:03:04 alert   canary  chat@r2  b8: healthy -> failing ...  (alice)'."""
     style = SEVERITY_STYLES.get(event.severity, "")
     text = Text.assemble((clock_time(event.at), "dim"), " ", (f"{event.severity:<7}", style or "dim"), " ",
-                         (f"{event.source:<7}", "dim"), " ", (event.subject, "bold"), "  ", (event.message, style))
+                         (f"{event.source:<7}", "dim"), " ")
+    return text.append_text(what(event))
+
+
+def what(event: FleetEventView) -> Text:
+    style = SEVERITY_STYLES.get(event.severity, "")
+    text = Text.assemble((event.subject, "bold"), "  ", (event.message, style))
     if event.actor:
         text.append(f"  ({event.actor})", style="dim")
     return text
+
+
+# --- the table's rows (a row provider for ui/widgets/table.VirtualTable) ---
+
+COLUMNS = (
+    Column("at", "TIME", 8),
+    Column("severity", "SEVERITY", 8),
+    Column("source", "SOURCE", 7),
+    Column("subject", "SUBJECT", 10, 32),
+    Column("message", "MESSAGE", 20, 400),
+    Column("actor", "ACTOR", 8, 24, priority=2),
+)
+TONES = {"alert": "error", "warning": "pending", "info": ""}  # VirtualTable's row colours
+
+
+class EventRows:
+    """The events the screen may show, by id, and those the filter lets through, in order. Rebuilt from the
+    app's FleetState's events (at most EVENTS_KEPT) on each change: events never change, only come and go."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, FleetEventView] = {}
+        self.order: list[str] = []
+
+    def update(self, events: Iterable[FleetEventView], event_filter: EventFilter) -> None:
+        self.events = {event.id: event for event in events}
+        self.order = [key for key, event in self.events.items() if event_filter.matches(event)]
+
+    def cells(self, key: str, fitted: Sequence[Fitted]) -> tuple[list[str], str]:
+        event = self.events[key]
+        values = {"at": clock_time(event.at), "severity": event.severity, "source": event.source,
+                  "subject": event.subject, "message": event.message, "actor": event.actor or ""}
+        return [values[f.column.key] for f in fitted], TONES.get(event.severity, "")
+
+    def wanted_widths(self) -> dict[str, int]:
+        wanted = {"subject": 7, "message": 7, "actor": 5}
+        for event in self.events.values():
+            wanted["subject"] = max(wanted["subject"], len(event.subject))
+            wanted["message"] = max(wanted["message"], len(event.message))
+            wanted["actor"] = max(wanted["actor"], len(event.actor or ""))
+        return wanted

@@ -1,6 +1,6 @@
-"""The Quality screen's content: the canary's verdicts as a grid (a row per class revision of each model and
-one for the model's production stream; a column per batch condition, and `mixed` for production), the
-evidence of one stream, and the drills in effect.
+"""The Quality screen's content: the canary's verdicts as a grid (per model, a row named after the model for
+its production stream, then a row per class revision; a column per batch condition, and `mixed` for
+production), the evidence of one stream, and the drills in effect.
 
 A stream that has no verdict yet, or that the grid expects but the controller did not send, reads
 "not measured": never blank, never green. A cell that no stream can fill (production has no batch
@@ -36,6 +36,11 @@ class GridRow:
     revision: str  # the class revision, or "production"
     cells: dict[str, str | None]
 
+    @property
+    def label(self) -> str:
+        """The model for its production row; a class revision, indented under it."""
+        return self.model if self.revision == PRODUCTION else f"  {self.revision}"
+
 
 def columns(streams: Iterable[CanaryStreamView]) -> list[str]:
     """b1, b4, b8, b16 (and any other condition a stream names, in order), then mixed."""
@@ -44,8 +49,8 @@ def columns(streams: Iterable[CanaryStreamView]) -> list[str]:
 
 
 def grid(streams: Mapping[str, CanaryStreamView]) -> tuple[list[str], list[GridRow]]:
-    """The columns and rows of the grid, models in name order, each model's class revisions in order and
-    its production row last."""
+    """The columns and rows of the grid: models in name order, each model's production row first, then its
+    class revisions in order."""
     cols = columns(streams.values())
     pinned_cols = [c for c in cols if c != MIXED]
     by_row: dict[tuple[str, str], dict[str, str]] = {}
@@ -64,32 +69,35 @@ def grid(streams: Mapping[str, CanaryStreamView]) -> tuple[list[str], list[GridR
 
 def _row_order(model: str, revision: str) -> tuple[str, int, int, str]:
     if revision == PRODUCTION:
-        return model, 1, 0, ""
+        return model, 0, 0, ""
     name, _, number = revision.rpartition("@r")
-    return model, 0, int(number) if number.isdigit() else 0, name or revision
+    return model, 1, int(number) if number.isdigit() else 0, name or revision
 
 
-def verdict_text(stream: CanaryStreamView | None) -> Text:
-    """The cell of a stream: its verdict, or "not measured" when it has none (or was not sent)."""
-    label, style = VERDICTS["not_measured" if stream is None else stream.verdict]
-    return Text(label, style=style)
+def verdict_text(stream: CanaryStreamView | None, narrow: bool = False) -> Text:
+    """The cell of a stream: its verdict, or "not measured" when it has none (or was not sent); on two
+    lines when `narrow`, so five columns of it fit 80 columns."""
+    verdict = "not_measured" if stream is None else stream.verdict
+    label, style = VERDICTS[verdict]
+    return Text("not\nmeasured" if narrow and verdict == "not_measured" else label, style=style)
 
 
-def cells(row: GridRow, cols: list[str], streams: Mapping[str, CanaryStreamView]) -> tuple[Text, ...]:
-    out = [Text(row.model), Text(row.revision, style="bold" if row.revision == PRODUCTION else "")]
+def cells(row: GridRow, cols: list[str], streams: Mapping[str, CanaryStreamView],
+          narrow: bool = False) -> tuple[Text, ...]:
+    out = [Text(row.label, style="bold" if row.revision == PRODUCTION else "")]
     for col in cols:
         if col not in row.cells:
             out.append(Text(NOT_APPLICABLE, style="dim"))
         else:
             key = row.cells[col]
-            out.append(verdict_text(streams.get(key) if key else None))
+            out.append(verdict_text(streams.get(key) if key else None, narrow))
     return tuple(out)
 
 
 def stream_at(row: GridRow, column: str | None) -> str | None:
-    """The stream key under the cursor: the cell's, or the row's first stream when the cursor is on the
-    model or revision column (or on a dot)."""
-    if column is not None and row.cells.get(column):
+    """The stream key under the cursor: the cell's (None: a stream the row expects but was not sent), or
+    the row's first stream when the cursor is on the model or revision column, or on a dot."""
+    if column in row.cells:
         return row.cells[column]
     return next((key for key in row.cells.values() if key), None)
 

@@ -1,7 +1,7 @@
 """The Rollouts screen's content: the table of rollouts (active first, then the finished ones, dimmed) and
-the detail of the selected one: A -> B, phase, its steps with the current one marked, the weights, each
-gate's latest value against its threshold, and the time left in a timed pause (`left_s`, counted down by
-the screen with the app's clock: ui/present/timefmt.Countdowns)."""
+the detail of the selected one: its phase, the weights, its steps with the current one marked, each gate's
+latest value against its threshold, the time left in a timed pause (`left_s`, counted down by the screen
+with the app's clock: ui/present/timefmt.Countdowns), and its latest events."""
 
 from __future__ import annotations
 
@@ -11,16 +11,18 @@ from rich.text import Text
 
 from fleetctl.controller.rollout.spec import Condition
 from fleetctl.controller.rollout.view import GateView, MeasurementView, RolloutView
-from ui.present.timefmt import NONE, duration
+from fleetctl.controller.watch_contract import FleetEventView
+from ui.present.timefmt import NONE, clock_time, duration
 
 FINISHED = frozenset({"completed", "aborted"})
+RECENT_EVENTS = 8
 COLUMNS = ("ID", "MODEL", "A -> B", "PHASE", "STEP", "B%", "PAUSE")
-PHASES = {"progressing": ("◌", "dodgerblue1"), "paused": ("॥", "yellow"), "aborting": ("◌", "orange_red1"),
+PHASES = {"progressing": ("◌", "dodger_blue1"), "paused": ("॥", "yellow"), "aborting": ("◌", "orange_red1"),
           "aborted": ("✖", "orange_red1"), "completed": ("✔", "green")}
-STEPS = {"done": ("✔", "green"), "current": ("▶", "bold dodgerblue1"), "pending": (" ", "dim"),
+STEPS = {"done": ("✔", "green"), "current": ("▶", "bold dodger_blue1"), "pending": (" ", "dim"),
          "skipped": ("↷", "dim"), "not_run": ("✖", "dim")}
 GATES = {"Successful": ("✔", "green"), "Failed": ("✖", "orange_red1"), "Error": ("⚠", "orange_red1"),
-         "Inconclusive": ("?", "yellow"), "Running": ("◌", "dodgerblue1"), "Pending": ("◷", "yellow")}
+         "Inconclusive": ("?", "yellow"), "Running": ("◌", "dodger_blue1"), "Pending": ("◷", "yellow")}
 OPS = {"<=": "≤", ">=": "≥", "<": "<", ">": ">"}
 PAUSE_REASONS = {
     "CanaryPauseStep": "pause step",
@@ -72,27 +74,49 @@ def rows(views: Iterable[RolloutView], left: Mapping[str, float | None]) -> list
 
 # --- the detail of one rollout ---
 
-def detail(view: RolloutView, left_s: float | None) -> Text:
-    lines = [title(view, left_s), weights(view), engines(view)]
+def title(view: RolloutView) -> str:
+    """The detail pane's title: 'rollout 7: smollm2-135m chat@r1 -> chat@r2'."""
+    return f"rollout {view.id}: {view.model} {view.from_ref} -> {view.to_ref}"
+
+
+def detail(view: RolloutView, left_s: float | None, events: Iterable[FleetEventView] = ()) -> Text:
+    """The selected rollout: status, weights, engines, steps, gates, and its latest events."""
+    lines = [status(view, left_s), weights(view), engines(view)]
     lines += [Text("steps", style="bold")] + steps(view, left_s)
     if view.gates:
-        lines += [Text("gates", style="bold")] + [gate_line(view, gate) for gate in view.gates]
-    if view.abort_reason:
-        lines.append(Text(f"aborted: {view.abort_reason}", style="orange_red1"))
-    if view.allow_correctness_change:
-        lines.append(Text(f"correctness change allowed: {view.allow_correctness_change}", style="magenta"))
-    if view.message:
-        lines.append(Text(view.message, style="dim"))
+        lines += [Text("gates", style="bold")] + [line for gate in view.gates for line in gate_lines(view, gate)]
+    recent = list(events)[-RECENT_EVENTS:]
+    if recent:
+        lines += [Text("events", style="bold")] + [event_line(event) for event in recent]
     return Text("\n").join(lines)
 
 
-def title(view: RolloutView, left_s: float | None) -> Text:
-    line = Text.assemble((f"rollout {view.id} ", "bold"), (view.model, "bold"), "  ",
-                         (view.from_ref, "green"), " -> ", (view.to_ref, "yellow"), "  ")
-    line.append_text(phase_text(view))
+def status(view: RolloutView, left_s: float | None) -> Text:
+    """'॥ paused: pause step, 1m35s left'; the abort reason, an allowed correctness change, the message."""
+    line = phase_text(view)
     if view.phase == "paused" and view.pause_reason:
-        line.append(f"  {pause_text(view, left_s)}", style="yellow")
+        line.append(f": {pause_text(view, left_s)}", style="yellow")
+    elif view.abort_reason:
+        line.append(f": {view.abort_reason}", style="orange_red1")
+    if view.allow_correctness_change:
+        line.append(f"  correctness change allowed: {view.allow_correctness_change}", style="magenta")
+    if view.message:
+        line.append(f"  {view.message}", style="dim")
     return line
+
+
+def event_line(event: FleetEventView) -> Text:
+    style = "orange_red1" if event.severity == "alert" else "dark_orange" if event.severity == "warning" else ""
+    line = Text.assemble(("  " + clock_time(event.at), "dim"), " ", (event.message, style))
+    if event.actor:
+        line.append(f" ({event.actor})", style="dim")
+    return line
+
+
+def events_of(view: RolloutView, events: Iterable[FleetEventView]) -> list[FleetEventView]:
+    """The stream's events about this rollout (its transitions, and the operators' calls on it)."""
+    subject = f"rollouts/{view.id}"
+    return [event for event in events if event.subject == subject]
 
 
 def pause_text(view: RolloutView, left_s: float | None) -> str:
@@ -106,11 +130,11 @@ def pause_text(view: RolloutView, left_s: float | None) -> str:
 
 def weights(view: RolloutView) -> Text:
     shown = " ".join(f"{ref}={weight:g}" for ref, weight in view.weights.items()) or NONE
-    line = Text.assemble(("weights ", "bold"), shown, f"  (B asked for {view.weight}%) ")
+    line = Text.assemble(("weights ", "bold"), shown, f" · B asks {view.weight}% · ")
     if view.acknowledged:
-        line.append("✔ every gateway routes on them", style="green")
+        line.append("✔ on every gateway", style="green")
     else:
-        line.append("◷ waiting for gateways", style="yellow")
+        line.append("◷ not on every gateway yet", style="yellow")
     return line
 
 
@@ -120,7 +144,7 @@ def engines(view: RolloutView) -> Text:
         ready, desired = view.ready.get(ref, 0), view.desired.get(ref, 0)
         line.append(f"{role} {ref} ")
         line.append(f"{ready}/{desired} ready", style="green" if ready >= desired else "yellow")
-        line.append("  ")
+        line.append(" · " if role == "A" else "  ")
     for ref, drifted in sorted(view.drifted.items()):
         if drifted:
             line.append(f"drifted on {ref}: {', '.join(drifted)}  ", style="bold orange_red1")
@@ -156,17 +180,18 @@ def value_text(measure: str, value: float | None) -> str:
     return (f"{value:.2f}" if value >= 0.1 else f"{value:.3g}") + " s"
 
 
-def gate_line(view: RolloutView, gate: GateView) -> Text:
+def gate_lines(view: RolloutView, gate: GateView) -> tuple[Text, Text]:
+    """'◌ ttft p90  0.41 s ≤ 0.46 s (1.2 × A 0.38 s)', then its template/metric, phase and counts."""
     icon, colour = GATES.get(gate.phase, ("?", "yellow"))
-    line = Text.assemble((f"  {icon} ", colour), (measure_label(gate.measure), "bold"),
-                         (f" {gate.template}/{gate.metric}: ", "dim"))
-    line.append_text(comparison(view, gate))
-    line.append(f"  {gate.phase} ✔ {gate.successful}", style=colour)
+    first = Text.assemble((f"  {icon} ", colour), (measure_label(gate.measure), "bold"), "  ")
+    first.append_text(comparison(view, gate))
+    second = Text.assemble((f"      {gate.template}/{gate.metric} · ", "dim"), (gate.phase, colour),
+                           (f" · ✔ {gate.successful}", "dim"))
     limit = "off" if gate.failure_limit < 0 else str(gate.failure_limit)
-    line.append(f" failed {gate.failed}/{limit}", style="orange_red1" if gate.failed else "dim")
+    second.append(f" · failed {gate.failed}/{limit}", style="orange_red1" if gate.failed else "dim")
     if gate.next_in_s is not None and gate.phase in ("Running", "Pending"):
-        line.append(f" next {duration(gate.next_in_s)}", style="dim")
-    return line
+        second.append(f" · next {duration(gate.next_in_s)}", style="dim")
+    return first, second
 
 
 def comparison(view: RolloutView, gate: GateView) -> Text:

@@ -14,12 +14,16 @@ from ui.present.timefmt import NONE, duration
 
 REVISION_COLUMNS = ("MODEL", "REVISION", "WEIGHT", "SHARE", "READY", "SET BY")
 GATEWAY_COLUMNS = ("GATEWAY", "URL", "TABLE AGE", "APPLIED", "STATE", "SEEN")
-BAR = 10
+BAR = 8
+EQUAL = "(equal)"  # no stored policy: every deployed revision weighted equally
 
 
 def share_bar(share: float) -> Text:
+    """'██████░░  75%' (to one decimal when it is not a whole percent: ' 0.5%')."""
     filled = round(max(0.0, min(1.0, share)) * BAR)
-    return Text.assemble(("█" * filled, "dodgerblue1"), ("░" * (BAR - filled), "dim"), f" {share * 100:5.1f}%")
+    percent = share * 100
+    shown = f"{percent:3.0f}%" if abs(percent - round(percent)) < 0.05 else f"{percent:4.1f}%"
+    return Text.assemble(("█" * filled, "dodger_blue1"), ("░" * (BAR - filled), "dim"), f" {shown:>5}")
 
 
 def revision_rows(traffic: Mapping[str, TrafficView]) -> list[tuple[str, tuple[Text, ...]]]:
@@ -31,7 +35,7 @@ def revision_rows(traffic: Mapping[str, TrafficView]) -> list[tuple[str, tuple[T
         for revision in view.revisions:
             ready = Text(str(revision.ready_engines),
                          style="orange_red1" if revision.weight > 0 and revision.ready_engines == 0 else "")
-            set_by = (view.updated_by or NONE) if view.source == "policy" else "no policy: equal"
+            set_by = (view.updated_by or NONE) if view.source == "policy" else EQUAL
             ref = Text(revision.ref)
             if revision.ref == misrouted_to:
                 ref.append(" ⚑ drill", style="bold magenta")
@@ -42,13 +46,14 @@ def revision_rows(traffic: Mapping[str, TrafficView]) -> list[tuple[str, tuple[T
 
 
 def drill_lines(traffic: Mapping[str, TrafficView], left: Mapping[str, float | None]) -> list[Text]:
-    """The misroute drills in effect, one line each: gateways route their fraction on top of the weights."""
+    """The misroute drills in effect, one line each (`left`: model -> seconds left): gateways route their
+    fraction on top of the weights."""
     lines = []
     for model in sorted(traffic):
         drill = traffic[model].drill
         if drill is None or not drill.active:
             continue
-        remaining = left.get(str(drill.id))
+        remaining = left.get(model)
         lines.append(Text.assemble(
             ("⚑ ", "bold magenta"), (drill.description, "magenta"),
             (f", {duration(remaining)} left" if remaining is not None else "", "yellow"),
@@ -80,19 +85,17 @@ def gateway_rows(gateways: Mapping[str, GatewayView],
 
 
 def gateway_summary(gateways: Iterable[GatewayView], controller_generation: int | None) -> Text:
-    """'controller generation 42: 2/3 live gateways applied it; 1 stale'."""
+    """'generation 42 applied by 1/2 live · 1 stale'."""
     views = list(gateways)
     if not views:
-        return Text("no gateways have reported", style="dim")
+        return Text("none has reported", style="dim")
     live = [g for g in views if not g.stale]
-    stale = len(views) - len(live)
-    note = f"; {stale} stale" if stale else ""
+    stale = f" · {len(views) - len(live)} stale" if len(live) < len(views) else ""
     if controller_generation is None:
-        return Text(f"{len(live)} live gateway(s){note}; the controller's generation is not known yet", style="dim")
+        return Text(f"{len(live)} live{stale} · the controller's generation is not known yet", style="dim")
     applied = sum(1 for g in live if g.generation >= controller_generation)
     style = "green" if applied == len(live) else "yellow"
-    return Text(f"controller generation {controller_generation}: {applied}/{len(live)} live gateway(s) "
-                f"applied it{note}", style=style)
+    return Text(f"generation {controller_generation} applied by {applied}/{len(live)} live{stale}", style=style)
 
 
 def weighted_revisions(view: TrafficView) -> dict[str, float]:

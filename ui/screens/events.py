@@ -1,10 +1,12 @@
 """The Events screen: the fleet's event stream (the audit log, canary verdict changes, rollout
-transitions), live, newest at the bottom, coloured by severity. It follows new events while the view is
-at the bottom (the log is anchored); scrolled up, it stays where it is until scrolled back down or `G`.
+transitions), live, newest at the bottom, a row each, alerts in orangered and warnings in darkorange. The
+table follows new events while its cursor is on the newest; moved up, it stays on its event until `G` (or
+end) brings it back down. The selected event is written out in full below the table.
 
 `/` filters (ui/present/events.py: plain words, `source:canary`, `severity:alert`, `!word`), as it is
-typed; enter keeps the filter, esc in the prompt clears it. The title line shows the filter and how many
-events match. `G` jumps to the newest event and follows again.
+typed; enter keeps the filter, esc in the prompt clears it. The table's title shows the filter and how
+many events match. The table renders only the rows on screen (ui/widgets/table.py), so a filter over the
+1,000 events kept costs the same as one over ten.
 """
 
 from __future__ import annotations
@@ -14,63 +16,89 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Input, RichLog
+from textual.message import Message
+from textual.widgets import Input, Static
 
-from fleetctl.controller.watch_contract import FleetEventView
-from fleetctl.watch_state import EVENTS_KEPT, Applied, FleetState
+from fleetctl.watch_state import Applied, FleetState
 from ui.present import events as present
 from ui.screens.base import BaseScreen
+from ui.widgets.table import VirtualTable
 
 FILTER_HELP = "filter: words, source:canary|audit|rollout, severity:alert|warning|info, !word excludes"
+NO_EVENTS = "no events yet"
+
+
+class EventTable(VirtualTable):
+    """The events' table: says when its cursor moves (the screen writes the event out in full)."""
+
+    class CursorMoved(Message):
+        """The cursor moved (keys, mouse)."""
+
+    def _set_cursor(self, index: int) -> None:
+        before = self.cursor_row
+        super()._set_cursor(index)
+        if self.cursor_row != before:
+            self.post_message(self.CursorMoved())
 
 
 class EventsScreen(BaseScreen):
     HEADING = "Events"
     FILTERABLE = True
     BINDINGS: ClassVar[list[BindingType]] = [Binding("G", "follow", "follow")]
+    HELP_EXTRA = (("/", "filter: words, source:canary, severity:alert, subject:…, actor:…, !term excludes"),)
 
     def __init__(self) -> None:
         super().__init__(name="events")
         self.event_filter = present.parse_filter("")
-        self._fleet: FleetState | None = None
-        self._shown = 0
+        self.rows = present.EventRows()
+        self._total = 0
+
+    @property
+    def table(self) -> EventTable:
+        return self.query_one("#events-table", EventTable)
 
     def compose_body(self) -> ComposeResult:
-        yield RichLog(id="events-log", max_lines=EVENTS_KEPT, wrap=False, auto_scroll=False, markup=False)
+        yield EventTable(present.COLUMNS, self.rows, empty_text=NO_EVENTS, id="events-table")
+        yield Static(id="event-detail")
 
     def on_mount(self) -> None:
-        self.query_one("#events-log", RichLog).anchor()  # follows the bottom until scrolled up (Textual's anchor)
+        self.table.focus()
         self._draw_title()
 
     # --- state in ---
 
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
-        self._fleet = fleet
-        if applied.reset:
-            self._rewrite()
-        elif applied.events:
-            self._append(present.select(applied.events, self.event_filter))
+        if applied.reset or applied.events:
+            self._show(fleet)
 
-    def _rewrite(self) -> None:
-        log = self.query_one("#events-log", RichLog)
-        log.clear()
-        self._shown = 0
-        self._append(present.select(self._fleet.events if self._fleet else (), self.event_filter))
-        log.anchor()  # a new filter or a fresh snapshot shows the newest events
-
-    def _append(self, events: list[FleetEventView]) -> None:
-        log = self.query_one("#events-log", RichLog)
-        for event in events:
-            log.write(present.line(event), scroll_end=False)  # the anchor follows, unless scrolled up
-        self._shown = min(self._shown + len(events), EVENTS_KEPT)
+    def _show(self, fleet: FleetState) -> None:
+        table = self.table
+        following = not table.keys or table.cursor_row >= len(table.keys) - 1
+        self.rows.update(fleet.events, self.event_filter)
+        self._total = len(fleet.events)
+        table.set_order(self.rows.order)
+        table.rows_changed()  # the columns refit to what the events need
+        if following:
+            table.action_last()
         self._draw_title()
+        self._draw_detail()
 
     def _draw_title(self) -> None:
-        total = len(self._fleet.events) if self._fleet else 0
-        title = Text(f"Events: {min(self._shown, total)} of {total}")
+        title = Text(f"Events: {len(self.rows.order)} of {self._total}")
         if self.event_filter.terms:
             title.append(f" · /{self.event_filter.text}", style="yellow")
-        self.query_one("#events-log", RichLog).border_title = title
+        self.table.border_title = title
+
+    def _draw_detail(self) -> None:
+        key = self.table.cursor_key
+        event = self.rows.events.get(key) if key else None
+        detail = self.query_one("#event-detail", Static)
+        detail.display = event is not None
+        if event is not None:
+            detail.update(present.line(event))
+
+    def on_event_table_cursor_moved(self, _message: EventTable.CursorMoved) -> None:
+        self._draw_detail()
 
     # --- the filter (the base screen's `/` prompt) ---
 
@@ -81,7 +109,9 @@ class EventsScreen(BaseScreen):
 
     def apply_filter(self, text: str) -> None:
         self.event_filter = present.parse_filter(text)
-        self._rewrite()
+        self._show(self.fleet_app.fleet)
+        self.table.action_last()  # a new filter shows the newest events
 
     def action_follow(self) -> None:
-        self.query_one("#events-log", RichLog).anchor()
+        self.table.action_last()
+        self._draw_detail()

@@ -21,13 +21,16 @@ from fleetctl.watch_state import Applied, FleetState
 from ui.present import quality as present
 from ui.present.timefmt import Countdowns
 from ui.screens.base import BaseScreen
-from ui.widgets.table_sync import set_columns, sync_rows
+from ui.widgets.table_sync import FitTable, set_columns, sync_rows
 
 KINDS = ("canary_stream", "drill", "flag")
+STREAM_COLUMN = "STREAM"
+NARROW_BELOW = 110  # columns: below, "not measured" takes two lines so b1..mixed fit
 
 
 class QualityScreen(BaseScreen):
     HEADING = "Quality"
+    HELP_EXTRA = (("arrows", "move between streams: the evidence below follows"),)
 
     def __init__(self) -> None:
         super().__init__(name="quality")
@@ -36,10 +39,11 @@ class QualityScreen(BaseScreen):
         self._columns: list[str] = []
         self._rows: list[present.GridRow] = []
         self._drill_clock = Countdowns()
+        self._narrow: bool | None = None  # "not measured" on two lines (the grid was built for that)
 
     def compose_body(self) -> ComposeResult:
         yield Static(Text(present.NOT_MEASURED, style="dim"), id="quality-empty")
-        yield DataTable(id="quality-grid", cursor_type="cell")
+        yield set_columns(FitTable(id="quality-grid", cursor_type="cell"), [STREAM_COLUMN, *present.columns(())])
         with VerticalScroll(id="quality-evidence-pane"):
             yield Static(id="quality-evidence")
         yield Static(id="quality-drills")
@@ -72,9 +76,16 @@ class QualityScreen(BaseScreen):
             return
         table.border_title = Text.assemble("Quality: ", present.summary(self._streams))
         self._columns, self._rows = present.grid(self._streams)
-        set_columns(table, ["MODEL", "REVISION", *self._columns])
-        sync_rows(table, [(row.key, present.cells(row, self._columns, self._streams)) for row in self._rows])
+        narrow = self.size.width < NARROW_BELOW
+        set_columns(table, [STREAM_COLUMN, *self._columns], reset=narrow != self._narrow)
+        rows = [(row.key, present.cells(row, self._columns, self._streams, narrow)) for row in self._rows]
+        sync_rows(table, rows, rebuild=narrow != self._narrow, height=None)  # heights follow "not measured"
+        self._narrow = narrow
         self._draw_evidence()
+
+    def on_resize(self) -> None:
+        if (self.size.width < NARROW_BELOW) != self._narrow and self._streams:
+            self._draw_grid(self.fleet_app.fleet)
 
     def _tick(self) -> None:
         if any(drill.active for drill in self._drills.values()):
@@ -94,7 +105,7 @@ class QualityScreen(BaseScreen):
         if not self._rows or table.row_count == 0:
             return None, ""
         row = self._rows[min(max(table.cursor_row, 0), len(self._rows) - 1)]
-        index = table.cursor_column - 2
+        index = table.cursor_column - 1
         column = self._columns[index] if 0 <= index < len(self._columns) else None
         where = f"{row.model} {row.revision}" + (f" {column}" if column else "")
         return present.stream_at(row, column), where

@@ -1,7 +1,7 @@
 """The Rollouts screen: every rollout the stream carries (the active ones first, then the finished ones,
 dimmed) and the selected one in detail: A -> B, phase, its steps with the current one marked, the weights,
-each gate's latest value against its threshold, and the time left in a timed pause, counted down each
-second with the app's clock.
+each gate's latest value against its threshold, the time left in a timed pause, counted down each second
+with the app's clock, and its latest events (its transitions, and the operators' calls on it).
 
 Keys act on the selected rollout, each through a confirmation (ui/actions.py): p pause, r resume,
 P promote, F promote --full, a abort. A finished rollout takes none of them (said, not asked).
@@ -24,7 +24,7 @@ from ui import actions
 from ui.present import rollouts as present
 from ui.present.timefmt import Countdowns
 from ui.screens.base import BaseScreen
-from ui.widgets.table_sync import selected_key, set_columns, sync_rows
+from ui.widgets.table_sync import FitTable, selected_key, set_columns, sync_rows
 
 NO_ROLLOUTS = "no rollouts: start one with `fleetctl rollout start` (docs/rollouts.md)"
 
@@ -43,10 +43,11 @@ class RolloutsScreen(BaseScreen):
     def __init__(self) -> None:
         super().__init__(name="rollouts")
         self._views: Mapping[str, RolloutView] = {}
+        self._fleet: FleetState | None = None
         self._pauses = Countdowns()
 
     def compose_body(self) -> ComposeResult:
-        yield set_columns(DataTable(id="rollouts-table", cursor_type="row"), present.COLUMNS)
+        yield set_columns(FitTable(id="rollouts-table", cursor_type="row"), present.COLUMNS)
         with VerticalScroll(id="rollout-detail-pane"):
             yield Static(Text(NO_ROLLOUTS, style="dim"), id="rollout-detail")
 
@@ -59,9 +60,10 @@ class RolloutsScreen(BaseScreen):
     # --- state in ---
 
     def refresh_from(self, fleet: FleetState, applied: Applied) -> None:
-        if not applied.touches("rollout"):
+        if not (applied.touches("rollout") or any(e.subject.startswith("rollouts/") for e in applied.events)):
             return
         now = self.app.clock()
+        self._fleet = fleet
         self._views = fleet.rollouts()
         for key, view in self._views.items():
             self._pauses.observe(key, view.pause_left_s, now)
@@ -90,8 +92,9 @@ class RolloutsScreen(BaseScreen):
         if view is None:
             detail.update(Text(NO_ROLLOUTS, style="dim"))
         else:
-            detail.update(present.detail(view, left.get(str(view.id))))
-        self.query_one("#rollout-detail-pane").border_title = f"rollout {view.id}" if view else "detail"
+            events = present.events_of(view, self._fleet.events if self._fleet else ())
+            detail.update(present.detail(view, left.get(str(view.id)), events))
+        self.query_one("#rollout-detail-pane").border_title = present.title(view) if view else "detail"
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "rollouts-table":

@@ -29,7 +29,7 @@ from ui import actions
 from ui.present import traffic as present
 from ui.present.timefmt import Countdowns
 from ui.screens.base import BaseScreen
-from ui.widgets.table_sync import selected_key, set_columns, sync_rows
+from ui.widgets.table_sync import FitTable, selected_key, set_columns, sync_rows
 from ui.widgets.weights import WeightsScreen
 
 GENERATION_EVERY_S = 5.0
@@ -58,7 +58,7 @@ class TrafficScreen(BaseScreen):
         self._drill_clock = Countdowns()
 
     def compose_body(self) -> ComposeResult:
-        yield set_columns(DataTable(id="traffic-table", cursor_type="row"), present.REVISION_COLUMNS)
+        yield set_columns(FitTable(id="traffic-table", cursor_type="row"), present.REVISION_COLUMNS)
         yield Static(Text(NO_TRAFFIC, style="dim"), id="traffic-empty")
         yield Static(id="traffic-drills")
         yield set_columns(DataTable(id="gateways-table", cursor_type="row"), present.GATEWAY_COLUMNS)

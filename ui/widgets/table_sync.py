@@ -7,10 +7,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
+from textual import events
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 Row = tuple[str, Sequence[Text | str]]
+
+
+class FitTable(DataTable):
+    """A DataTable whose `height: auto` follows its rows: DataTable measures new rows when idle, after the
+    layout that sized it, so it asks for another layout (after the next refresh: one asked for inside the
+    idle handler is lost) when its virtual size changed."""
+
+    async def _on_idle(self, event: events.Idle) -> None:
+        before = self.virtual_size
+        await super()._on_idle(event)
+        if self.virtual_size != before:
+            self.call_after_refresh(self.refresh, layout=True)
 
 
 def selected_key(table: DataTable) -> str | None:
@@ -26,10 +39,11 @@ def row_keys(table: DataTable) -> list[str]:
     return [str(row.key.value) for row in table.ordered_rows]
 
 
-def sync_rows(table: DataTable, rows: Sequence[Row]) -> bool:
-    """Make `table` show `rows` (key, cells) in order; True when it was rebuilt."""
+def sync_rows(table: DataTable, rows: Sequence[Row], *, rebuild: bool = False, height: int | None = 1) -> bool:
+    """Make `table` show `rows` (key, cells) in order; True when it was rebuilt (always, with `rebuild`: a
+    row's height is set when it is added). `height`: of each row added (None: as tall as its cells)."""
     keys = [key for key, _ in rows]
-    if row_keys(table) == keys:
+    if row_keys(table) == keys and not rebuild:
         columns = list(table.columns)
         for key, cells in rows:
             for column, cell in zip(columns, cells):
@@ -39,17 +53,20 @@ def sync_rows(table: DataTable, rows: Sequence[Row]) -> bool:
     selected, cursor_column = selected_key(table), table.cursor_column
     table.clear()
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        table.add_row(*cells, key=key, height=height)
     if keys:
         row = keys.index(selected) if selected in keys else 0
         table.move_cursor(row=row, column=cursor_column, animate=False)
+    table.refresh(layout=True)  # an auto-height table keeps its old height otherwise
     return True
 
 
-def set_columns(table: DataTable, labels: Sequence[str]) -> DataTable:
-    """Give `table` these columns, keyed by their labels (clearing its rows when they change); the table."""
-    if [str(column.key.value) for column in table.columns.values()] != list(labels):
+def set_columns(table: DataTable, labels: Sequence[str], *, reset: bool = False) -> DataTable:
+    """Give `table` these columns, keyed by their labels (clearing its rows when they change, or to `reset`
+    their widths: a column keeps the width of the widest cell it ever held); the table."""
+    if reset or [str(column.key.value) for column in table.columns.values()] != list(labels):
         table.clear(columns=True)
         for label in labels:
             table.add_column(label, key=label)
+        table.refresh(layout=True)
     return table

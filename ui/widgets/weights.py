@@ -16,7 +16,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -62,10 +62,12 @@ class WeightsScreen(ModalScreen[dict[str, float] | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="weights-dialog"):
             yield Label(Text(f"New traffic weights for {self.model}", style="bold"), id="weights-title")
-            for index, ref in enumerate(self.refs):
-                with Horizontal(classes="weights-row"):
-                    yield Label(Text(ref), classes="weights-ref")
-                    yield Input(f"{self.current[ref]:g}", id=f"weight-{index}", classes="weights-input")
+            with VerticalScroll(id="weights-rows"):
+                for index, ref in enumerate(self.refs):
+                    with Horizontal(classes="weights-row"):
+                        yield Label(Text(ref), classes="weights-ref")
+                        yield Input(f"{self.current[ref]:g}", id=f"weight-{index}", classes="weights-input",
+                                    compact=True)
             yield Static(Text(HINT, style="dim"), id="weights-hint")
             with Horizontal(id="weights-buttons"):
                 yield Button("OK", id="weights-ok", variant="primary")
