@@ -37,7 +37,6 @@ from textual.widgets import DataTable  # noqa: E402
 
 from fleetctl.controller.watch_contract import WatchDelta, WatchSnapshot  # noqa: E402
 from ui.app import make_app  # noqa: E402
-from ui.feed import apply_batch  # noqa: E402
 from ui.fleet_rows import COLUMNS  # noqa: E402
 from ui.messages import FleetChanged  # noqa: E402
 from ui.screens.fleet import FleetScreen  # noqa: E402
@@ -131,7 +130,7 @@ class _Silent:
 
 def _deliver(app: Any, message: Any) -> None:
     """What the app does with an inbox of one message: apply it, then hand the change to the screen."""
-    batch = apply_batch(app.fleet, [message], app.stale_since, app._sample)
+    batch = app.apply_items([message])
     if batch.applied is not None:
         app.on_fleet_changed(FleetChanged(batch.applied))
 

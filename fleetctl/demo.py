@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,10 +63,19 @@ def main(argv: list[str] | None = None) -> int:
             ok = run_canary(fleet, env, Path(fleet["state_dir"]) / "files") and ok
     finally:
         if args.keep:
-            print(f"\nthe fleet keeps running; stop it with: fleetctl down --state-dir {fleet['state_dir']}")
+            print(f"\nthe fleet keeps running; watch it live with: {_tui_command(fleet)}"
+                  f"\nstop it with: fleetctl down --state-dir {fleet['state_dir']}")
         else:
+            print(f"\nwhile a fleet runs, `{_tui_command(fleet)}` shows it live; to keep this one running for "
+                  "it, run the demo with --keep (.venv/bin/python -m fleetctl.demo --keep)")
             _run(["down", "--state-dir", fleet["state_dir"]])
     return 0 if ok else 1
+
+
+def _tui_command(fleet: dict[str, Any]) -> str:
+    """How to open the live fleet view on this fleet (the CLI finds its token in the state dir)."""
+    return (f"FLEET_STATE_DIR={shlex.quote(str(fleet['state_dir']))} fleetctl "
+            f"--controller {fleet['controller_url']} tui")
 
 
 def _parser() -> argparse.ArgumentParser:

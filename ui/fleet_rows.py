@@ -260,22 +260,27 @@ class FleetRows:
 
     def _put_engine(self, key: str, raw: Mapping[str, Any] | None, nodes: Mapping[str, Any], changed: set[str],
                     touched_nodes: set[str]) -> bool:
-        old = self.rows.pop(key, None)
-        if old is not None:
-            self._engines_of.get(old.node, set()).discard(key)
-            if not self._engines_of.get(old.node):
-                touched_nodes.add(old.node)  # maybe a node-only row now
+        """Follow one engine's change; whether the order may have moved."""
         changed.add(key)
-        if raw is None:
+        old = self.rows.get(key)
+        node = None if raw is None else str(raw.get("node", ""))
+        if old is not None and raw is not None and old.node == node:  # the common case: its figures changed
+            row = self.rows[key] = engine_row(key, raw, nodes.get(node), old.names)
+            return self._moved(old, row)
+        if old is not None:  # gone, or moved to another node
+            del self.rows[key]
+            keys = self._engines_of.get(old.node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    touched_nodes.add(old.node)  # maybe a node-only row now
+        if raw is None or node is None:
             return old is not None
-        node = str(raw.get("node", ""))
-        row = engine_row(key, raw, nodes.get(node), old.names if old is not None and old.node == node else None)
-        self.rows[key] = row
-        self._engines_of.setdefault(row.node, set()).add(key)
-        if self.rows.pop(f"{row.node}/", None) is not None:
-            changed.add(f"{row.node}/")
-            return True
-        return old is None or self._moved(old, row)
+        row = self.rows[key] = engine_row(key, raw, nodes.get(node))
+        self._engines_of.setdefault(node, set()).add(key)
+        if self.rows.pop(f"{node}/", None) is not None:
+            changed.add(f"{node}/")
+        return True
 
     def _refresh_node(self, name: str, engines: Mapping[str, Any], node: Mapping[str, Any] | None,
                       changed: set[str]) -> bool:

@@ -1,7 +1,7 @@
 """Which probes to send now, within the budget: pure functions over a snapshot.
 
 Streams. Each model with a reference has:
-- one pinned stream per (live class revision, batch condition in `conditions`): its golden prompts pinned to
+- one pinned stream per (live class revision, batch condition): its golden prompts pinned to
   that revision, each with `condition - 1` concurrent fillers, every `pinned_interval_s`. Live means the
   revision has ready engines, whatever its traffic weight (a rollout's new revision at weight 0 is measured
   before it takes traffic);
@@ -57,6 +57,9 @@ class ModelTargets:
     revisions: Mapping[str, tuple[PromptSlot, ...]]
     production: tuple[PromptSlot, ...] = ()
     engines: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # revision -> its ready engines, sorted
+    # revision -> the batch conditions its reference recorded noise at (absent: every condition of the params);
+    # a condition without recorded noise would be judged at the most tolerant p0 (noise.py), at the highest cost
+    conditions: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class Stream:
     key: StreamKey
     prompts: tuple[PromptSlot, ...]
     interval_s: float  # configured, before the budget stretches it
+    floor_s: float  # the longest the budget may stretch it to (floor_interval)
 
     @property
     def fillers(self) -> int:
@@ -171,10 +175,14 @@ def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
     for target in snapshot.models:
         live = {ref: prompts for ref, prompts in target.revisions.items() if prompts}
         if target.production and target.revisions:
-            found.append(Stream(StreamKey(target.model, "production"), target.production, params.production_interval_s))
+            found.append(Stream(StreamKey(target.model, "production"), target.production, params.production_interval_s,
+                                params.floor_interval_s))
         for ref, prompts in live.items():
-            for condition in params.conditions:
-                found.append(Stream(StreamKey(target.model, "pinned", ref, condition), prompts, params.pinned_interval_s))
+            conditions = revision_conditions(target, ref, params)
+            floor_s = params.floor_interval_s * len(conditions)
+            for condition in conditions:
+                found.append(Stream(StreamKey(target.model, "pinned", ref, condition), prompts, params.pinned_interval_s,
+                                    floor_s))
     return sorted(found, key=lambda s: _order_key(s.key))
 
 
@@ -188,7 +196,7 @@ def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetSt
     found = streams(snapshot, params)
     production = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind == "production")
     pinned = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind != "production")
-    pinned_floor = sum(mean_probe_tokens(s) / max(s.interval_s, floor_interval(s.key, params))
+    pinned_floor = sum(mean_probe_tokens(s) / max(s.interval_s, s.floor_s)
                        for s in found if s.key.kind != "production")
     factor = stretch(production, allowed - pinned_floor)
     pinned_factor = stretch(pinned, allowed - production) if factor == 1.0 else math.inf
@@ -203,17 +211,17 @@ def stretch(demand: float, allowed: float) -> float:
     return demand / allowed if allowed > 0 else math.inf
 
 
-def floor_interval(key: StreamKey, params: ScheduleParams) -> float:
-    """The longest a stream may wait at the floor rate: the production stream `floor_interval_s`; a pinned
-    stream len(conditions) x that, so that its revision, over all its conditions, gets one probe per
-    `floor_interval_s` (the streams of a revision at its floor are due in turn)."""
-    if key.kind == "production":
-        return params.floor_interval_s
-    return longest_floor_interval(params)
+def revision_conditions(target: ModelTargets, ref: str, params: ScheduleParams) -> tuple[int, ...]:
+    """The batch conditions `ref` is probed at: those of the params its reference recorded noise at (all of
+    the params' when the reference recorded none of them, or is not known)."""
+    recorded = set(target.conditions.get(ref, ()))
+    return tuple(c for c in params.conditions if c in recorded) or params.conditions
 
 
 def longest_floor_interval(params: ScheduleParams) -> float:
-    """A pinned stream's floor interval, the longest of any stream's."""
+    """The longest floor interval of any stream: a pinned stream's floor is floor_interval_s x its revision's
+    conditions, so that the revision, over all its conditions, gets one probe per floor_interval_s (its
+    streams at the floor are due in turn)."""
     return params.floor_interval_s * max(1, len(params.conditions))
 
 
@@ -256,7 +264,7 @@ def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> f
         last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
         if last is None:
             return 0.0
-        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), floor_interval(stream.key, params))
+        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), stream.floor_s)
         waits.append(max(0.0, interval - (snapshot.now - last).total_seconds()))
     return min(waits, default=None)
 
@@ -266,7 +274,7 @@ def _overdue_s(snapshot: ScheduleSnapshot, stream: Stream, factor: float, params
     last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
     if last is None:
         return math.inf
-    interval = effective_interval(stream.interval_s, factor, floor_interval(stream.key, params))
+    interval = effective_interval(stream.interval_s, factor, stream.floor_s)
     overdue = (snapshot.now - last).total_seconds() - interval
     return overdue if overdue >= 0 else None
 

@@ -26,6 +26,7 @@ import typer
 from fleetctl.canary.golden import (
     GoldenSetError, check_against_class, check_model, golden_digest, load_golden, shipped_golden,
 )
+from fleetctl.canary.noise import stream_p0, upper_bound
 from fleetctl.canary.probe_client import ProbeError, prompt_token_count, send_probe
 from fleetctl.canary.record import record_reference
 from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, GoldenSet, ProbeOutput, Reference
@@ -150,9 +151,35 @@ def golden_summary(golden_set: GoldenSet) -> dict[str, Any]:
 
 def record_report(reference: Reference, golden_set: GoldenSet, summary: dict[str, Any]) -> dict[str, Any]:
     with_expected = [p for p in golden_set.prompts if p.expected is not None]
+    p0 = stream_p0(reference, None, golden_set.p0_floor)
     return {**summary,
             "expected_pass": [p.id for p in with_expected if reference.prompts[p.id].expected_pass],
-            "expected_fail": [p.id for p in with_expected if not reference.prompts[p.id].expected_pass]}
+            "expected_fail": [p.id for p in with_expected if not reference.prompts[p.id].expected_pass],
+            "p0": round(p0, 4), "p0_floor": golden_set.p0_floor,
+            "runs_for_tight_p0": runs_for_p0(P0_WARN_FACTOR * golden_set.p0_floor)}
+
+
+P0_WARN_FACTOR = 2.0  # a noise bound over this many times the floor is worth a warning
+
+
+def runs_for_p0(target: float) -> int:
+    """How many recorded runs, none of them diverged, bring the 95% upper bound on the noise down to
+    `target` (about 3 / target: the rule of three)."""
+    runs = 1
+    while upper_bound(0, runs) > target:
+        runs += 1
+    return runs
+
+
+def p0_warning(report: dict[str, Any]) -> str | None:
+    """A line when the recorded runs are too few (or too noisy) to bound the noise near the floor: the tests
+    then assume that much noise, and need more probes to tell a real shift from it."""
+    if report["p0"] <= P0_WARN_FACTOR * report["p0_floor"]:
+        return None
+    return (f"warning: the runs bound the noise the drift tests assume at p0 {report['p0']:.3f}, over "
+            f"{P0_WARN_FACTOR:g}x the floor {report['p0_floor']:g}; a shift then takes more probes to detect. "
+            f"About {report['runs_for_tight_p0']} runs with none diverged bring it to "
+            f"{P0_WARN_FACTOR * report['p0_floor']:g} (more --repetitions or --conditions).")
 
 
 def describe_report(report: dict[str, Any]) -> str:
@@ -166,7 +193,8 @@ def describe_report(report: dict[str, Any]) -> str:
         lines.append(f"expected answers: {len(report['expected_pass'])}/{total} pass"
                      + (f"; fail (left out of the answer test): {', '.join(report['expected_fail'])}"
                         if report["expected_fail"] else ""))
-    return "\n".join(lines)
+    warning = p0_warning(report)
+    return "\n".join(lines + ([warning] if warning else []))
 
 
 # --- the gateway side ---

@@ -146,5 +146,6 @@ def _how_to_use(record: Any, detached: bool) -> str:
         "try it:",
         f"  curl -s {served}/v1/chat/completions -H 'Content-Type: application/json' -d '{json.dumps(body)}'",
         f"  {env}fleetctl{controller} status",
+        f"  {env}fleetctl{controller} tui      (the live fleet view; q quits)",
         f"  fleetctl down{down_args}" + ("" if detached else "    (or Ctrl-C here)"),
     ])

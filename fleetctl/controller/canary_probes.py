@@ -78,6 +78,15 @@ PRUNE_BATCH = 1000
 
 
 @dataclass(frozen=True)
+class JudgedBy:
+    """What a revision's pinned streams follow from its reference: the golden prompts it recorded, and the
+    batch conditions it recorded noise at."""
+
+    prompts: tuple[GoldenPrompt, ...]
+    conditions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class CanaryProbeSnapshot:
     schedule: ScheduleSnapshot
     gateways: tuple[str, ...]  # live gateways' URLs, sorted
@@ -131,7 +140,8 @@ class CanaryProbeReconciler:
                                                   timeout_s=settings.canary_timeout_s, metrics=self.metrics,
                                                   production_slots=settings.canary_concurrency // 2)
         self._planned: dict[StreamKey, StreamHistory] = {}  # what this leader planned (see load_history)
-        self._prompts: dict[tuple[str, str, int], tuple[GoldenPrompt, ...] | None] = {}  # (model, ref, newest ref id)
+        # (model, ref, newest ref id) -> the prompts and recorded conditions of the reference ref is judged against
+        self._prompts: dict[tuple[str, str, int], JudgedBy | None] = {}
 
     def snapshot(self, session: Session, now: datetime) -> CanaryProbeSnapshot:
         # twice the longest interval: a stream probed a little late is still remembered, and keeps its rotation
@@ -181,21 +191,24 @@ class CanaryProbeReconciler:
         newest = newest_reference(session, model)
         if newest is None:
             return ModelTargets(model, {ref: () for ref in refs})
-        revisions = {ref: _slots(model, self._reference_prompts(session, model, ref, newest[0]), observed_tokens)
-                     for ref in refs}
+        judged = {ref: self._judged_by(session, model, ref, newest[0]) for ref in refs}
+        revisions = {ref: _slots(model, j.prompts if j else None, observed_tokens) for ref, j in judged.items()}
         production = _slots(model, golden_prompts(session, newest[1], newest[2]), observed_tokens)
-        return ModelTargets(model, revisions, production, ready_engine_names(session, refs))
+        return ModelTargets(model, revisions, production, ready_engine_names(session, refs),
+                            conditions={ref: j.conditions for ref, j in judged.items() if j})
 
-    def _reference_prompts(self, session: Session, model: str, ref: str, newest_id: int) -> tuple[GoldenPrompt, ...] | None:
-        """The golden prompts of the reference `ref` is judged against; cached until the model gets a new
-        reference (the choice depends only on the references and on immutable class revisions)."""
+    def _judged_by(self, session: Session, model: str, ref: str, newest_id: int) -> JudgedBy | None:
+        """The golden prompts and recorded batch conditions of the reference `ref` is judged against; cached
+        until the model gets a new reference (the choice depends only on the references and on immutable
+        class revisions)."""
         key = (model, ref, newest_id)
         if key not in self._prompts:
             if len(self._prompts) > 1024:
                 self._prompts.clear()
             chosen = reference_for(session, model, ref)
-            self._prompts[key] = None if chosen is None else tuple(
-                p for p in chosen.golden.prompts if p.id in chosen.reference.prompts)
+            self._prompts[key] = None if chosen is None else JudgedBy(
+                tuple(p for p in chosen.golden.prompts if p.id in chosen.reference.prompts),
+                tuple(sorted({c for p in chosen.reference.prompts.values() for c in p.noise})))
         return self._prompts[key]
 
 

@@ -17,8 +17,8 @@ from fleetctl.canary.schedule import (
     budget_state,
     effective_interval,
     estimate_prompt_tokens,
-    floor_interval,
     longest_floor_interval,
+    revision_conditions,
     mean_probe_tokens,
     next_index_after,
     plan,
@@ -164,7 +164,7 @@ def planned_rate(capacity: float, revisions: dict[str, tuple[PromptSlot, ...]]) 
     """Tokens/s the streams cost at the intervals the budget gives them."""
     snapshot = snap(revisions, busy_capacity=capacity)
     state = budget_state(snapshot, PARAMS)
-    return sum(mean_probe_tokens(s) / effective_interval(s.interval_s, state.factor_for(s.key), floor_interval(s.key, PARAMS))
+    return sum(mean_probe_tokens(s) / effective_interval(s.interval_s, state.factor_for(s.key), s.floor_s)
                for s in streams(snapshot, PARAMS))
 
 
@@ -178,8 +178,18 @@ def test_probes_stay_within_the_budget_whenever_it_can_pay_for_the_floor(revisio
 
 
 def test_a_revision_at_its_floor_gets_one_pinned_probe_per_floor_interval_over_its_conditions() -> None:
-    assert floor_interval(PROD, PARAMS) == 120.0 and floor_interval(pinned(A, 4), PARAMS) == 240.0
+    floors = {s.key: s.floor_s for s in streams(snap(), PARAMS)}
+    assert floors == {PROD: 120.0, pinned(A, 1): 240.0, pinned(A, 4): 240.0}
     assert longest_floor_interval(PARAMS) == 240.0
+
+
+def test_a_revision_is_probed_only_at_the_conditions_its_reference_recorded() -> None:
+    targets = ModelTargets("m", {A: PROMPTS, B: PROMPTS}, PROMPTS, conditions={A: (1,), B: (8, 16)})
+    snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(targets,), busy_capacity=1e9)
+    found = {s.key: s.floor_s for s in streams(snapshot, PARAMS)}
+    # A recorded b1 only: one pinned stream, its floor the whole 120 s; B recorded none of (1, 4): both
+    assert found == {PROD: 120.0, pinned(A, 1): 120.0, pinned(B, 1): 240.0, pinned(B, 4): 240.0}
+    assert revision_conditions(targets, "unknown@r9", PARAMS) == (1, 4)
 
 
 def test_an_idle_fleet_is_probed_at_the_floor_rate() -> None:

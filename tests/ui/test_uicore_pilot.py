@@ -13,6 +13,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 from uicore_data import NOW, Script, change, delta, event, fixed_clock, metrics_delta, small_fleet
 
+from fleetctl.errors import AuthError
 from fleetctl.watch_client import Disconnected
 from ui.app import FleetApp, make_app
 from ui.screens.engine import EngineScreen
@@ -84,6 +85,13 @@ async def test_number_keys_and_the_command_line_switch_screens() -> None:
         await pilot.press(":", "q", "enter")
         await pilot.pause()
         assert app.return_code == 0
+
+
+async def test_q_quits() -> None:
+    async with running(Script(small_fleet())) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert pilot.app.return_code == 0
 
 
 async def test_a_command_can_switch_and_filter() -> None:
@@ -183,6 +191,17 @@ async def test_stale_while_cut_off_then_live_again() -> None:
         await pilot.pause()
         assert not app.screen.query_one(PulseHeader).has_class("-stale") and app.stale_since is None
         assert "STALE" not in header_text(app)
+
+
+async def test_a_stream_that_fails_for_good_reads_stale_with_why() -> None:
+    async def refused() -> AsyncIterator[Any]:
+        yield small_fleet()
+        raise AuthError("token unknown or revoked", status=401)
+
+    async with running(refused()) as pilot:  # type: ignore[arg-type]
+        await pilot.pause()
+        assert pilot.app.stale_since == NOW  # the app's clock
+        assert "the change stream stopped: token unknown or revoked" in header_text(pilot.app)
 
 
 async def test_readonly_footer_hides_the_actions() -> None:

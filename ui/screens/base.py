@@ -15,7 +15,7 @@ Class attributes a screen sets:
 - `HELP_EXTRA`: more (key, what) lines for the help only (keys too many for the footer).
 
 Keys everywhere: `:` command (a screen's name or alias, `:fleet role:decode` switches and filters, `:q`
-quits), `1`-`5` the screens, `/` filter, `?` help, `esc` back, ctrl+c quit.
+quits), `1`-`5` the screens, `/` filter, `?` help, `esc` back, `q` (or ctrl+c) quit.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class BaseScreen(Screen):
         Binding("slash", "prompt('/')", "filter", key_display="/"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("escape", "back", "back", key_display="esc"),
+        Binding("q", "app.quit", "quit"),
         *(Binding(str(n), f"goto('{n}')", show=False) for n in range(1, 10)),
     ]
 

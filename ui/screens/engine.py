@@ -174,7 +174,8 @@ class EngineScreen(BaseScreen):
             values = known(history.series(self.key, series))
             last = format_value(values[-1]) if values else fmt.NONE
             self.query_one(f"#spark-label-{series}", Static).update(f"{label} {last}")
-            self.query_one(f"#spark-{series}", Sparkline).data = values
+            # one sample would fill the whole width: a line starts at the second
+            self.query_one(f"#spark-{series}", Sparkline).data = values if len(values) > 1 else []
 
     def _show_events(self, fleet: FleetState) -> None:
         mine = [e for e in reversed(fleet.events) if names_engine(e, self.key, self.engine_name)]
