@@ -50,9 +50,11 @@ class DrillPlant(Body):
 REFUSALS = {409: {"description": "refused: the model already has a drill in effect (`drill_in_progress`), the "
                                  "target is not deployed or has no ready engine, or already has all the traffic, "
                                  "or the engine is not running (`engine_not_running`)"}}
+STARTS = {**REFUSALS, 404: {"description": "the model (no traffic policy and no deployment), the target class "
+                                           "revision or the engine does not exist"}}
 
 
-@router.post("/misroute", name="drill.start", response_model=DrillStarted, status_code=201, responses=REFUSALS)
+@router.post("/misroute", name="drill.start", response_model=DrillStarted, status_code=201, responses=STARTS)
 def drill_misroute(body: DrillMisroute, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """Send `fraction` of `model`'s traffic to `to` for `duration_s`. The stored traffic policy is not
     changed: the routing table carries the drill on top of it while it lasts."""
@@ -65,7 +67,7 @@ def drill_misroute(body: DrillMisroute, change: Change = Depends(mutation(OPERAT
     return view
 
 
-@router.post("/plant", name="drill.start", response_model=DrillStarted, status_code=201, responses=REFUSALS)
+@router.post("/plant", name="drill.start", response_model=DrillStarted, status_code=201, responses=STARTS)
 def drill_plant(body: DrillPlant, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
     """Restart `engine` with the hidden `fault` for `duration_s` (its agent restarts it on its next beat,
     and again, clean, when the drill ends)."""
