@@ -58,6 +58,13 @@ def age(value: float | None) -> str:
     whole = int(value)
     if whole < 60:
         return f"{whole}s"
+    return whole_units(whole)
+
+
+def whole_units(whole: int) -> str:
+    """Whole seconds in their two largest units: 45s, 2m03s, 1h05m, 3d02h."""
+    if whole < 60:
+        return f"{whole}s"
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     if whole < 86400:

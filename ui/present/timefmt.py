@@ -9,24 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timezone, tzinfo
 
-NONE = "—"
+from ui.format import NONE, whole_units
 
 
 def duration(seconds: float | None) -> str:
     """45s, 2m03s, 1h05m, 3d02h; NONE for None."""
     if seconds is None:
         return NONE
-    whole = max(0, int(seconds + 0.5)) if seconds < 60 else max(0, int(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
+    return whole_units(max(0, int(seconds + 0.5)) if seconds < 60 else max(0, int(seconds)))
 
 
 def parse_at(text: str | None) -> datetime | None:
