@@ -9,19 +9,30 @@ Streams. Each model with a reference has:
 A revision whose reference is missing has no pinned streams; a model without any reference has no streams.
 Each stream walks its prompts in order (`next_index`), so every prompt is probed at every condition in turn.
 
+Urgent streams. A pinned stream is urgent while it is *warming* (fewer than `min_probes` scored probes: a
+new revision, which a rollout step waits on) or *suspect* (its statistic is above 0, i.e. bad probes that the
+good ones since have not yet explained away, or an alarm is in force). An urgent stream asks for a probe every
+`urgent_interval_s`, and a suspect one is pinned to the engine that served its latest bad probe. This spends
+the budget where the evidence is: a healthy stream's statistic is 0 nearly all the time, so urgency costs
+little then (a stray noisy probe buys about m - 1 quick probes to clear it), while a broken engine is probed
+until its alarm comes. The false-alarm target holds: it is a number of probes (the ARL0, designed at the
+configured interval), and a stream's mean interval stays well above the configured one.
+
 Budget. Probes may cost `budget_share` of the fleet's busy capacity (the peak served tokens/s the fleet
 reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would cost at their configured
 intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
 with it. The floor comes first: every live revision gets at least one pinned probe per `floor_interval_s`
 (its batch conditions in turn, so each condition's stream at most len(conditions) x floor_interval_s apart),
-and what that costs is set aside. The production streams come next: when their demand exceeds what is left,
-their intervals stretch by demand / left (never beyond `floor_interval_s`) and the pinned streams stay at the
-floor; otherwise the pinned streams' intervals stretch so that they fit in what the production streams leave.
-So probes stay within the budget whenever the budget can pay for the floor; when it cannot (an idle fleet, no
-capacity measured, or one too small for its revisions), the floor is spent anyway, since idle capacity costs
-nobody anything and a revision at a thin rollout step must still be measured. The factors follow from the
-expected cost, not from the measured rate, so they do not swing between "all" and "none" as a measured window
-fills and empties; the measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
+every model a production probe per `floor_interval_s`, and what that costs is set aside. The urgent streams
+come next, stretched (up to their floor) to fit what is left. The production streams and the other pinned
+streams share the rest: when both fit, nothing stretches; otherwise the production streams get what the
+pinned ones leave, but at least `production_share` of it, and each side stretches (never beyond its floor)
+to fit its part. So probes stay within the budget whenever the budget can pay for the floor; when it cannot
+(an idle fleet, no capacity measured, or one too small for its revisions), the floor is spent anyway, since
+idle capacity costs nobody anything and a revision at a thin rollout step must still be measured. The
+factors follow from the expected cost, not from the measured rate, so they do not swing between "all" and
+"none" as a measured window fills and empties; the measured rate is what `BudgetState.share` reports
+(fleet_canary_probe_share).
 
 Order. At most `concurrency` probes are in flight; a stream with no free slot is not planned again. Of the streams
 due, the production streams go first (the path users see), then the most overdue (never probed first).
@@ -34,8 +45,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey
+from typing import Literal
 
+from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey, StreamState
+
+FIT_STEPS = 60  # bisection steps of fit_factor (the factor to about 1e-18 of its range)
 FILLER_EXTRA_TOKENS = 16  # a filler asks for 2 x the probe's max_tokens + this (probe_client), so it outlasts it
 CHAT_MESSAGE_TOKENS = 8  # what a chat template adds per message, roughly (for the estimate below)
 
@@ -69,6 +83,14 @@ class StreamHistory:
 
 
 @dataclass(frozen=True)
+class Urgency:
+    """Why a pinned stream is urgent, and the engine a suspect one is pinned to (None: walk the engines)."""
+
+    reason: Literal["warming", "suspect"]
+    engine: str | None = None
+
+
+@dataclass(frozen=True)
 class ScheduleSnapshot:
     now: datetime
     enabled: bool  # the canary_probes flag
@@ -78,6 +100,9 @@ class ScheduleSnapshot:
     busy_capacity: float = 0.0  # the fleet's busy capacity, served tokens/s; 0: not measured (idle)
     in_flight: frozenset[StreamKey] = frozenset()  # streams with no free slot (a pinned one: its one probe)
     in_flight_count: int | None = None  # probes in flight in all; None: len(in_flight)
+    # pinned streams that are urgent (stream_urgency); absent: not urgent. A pinned stream with no stored
+    # state at all is warming: the reconciler marks it so
+    urgent: Mapping[StreamKey, Urgency] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,6 +114,8 @@ class ScheduleParams:
     budget_window_s: float  # over which spent_tokens was summed
     concurrency: int
     conditions: tuple[int, ...] = BATCH_CONDITIONS
+    urgent_interval_s: float = 15.0  # an urgent pinned stream's interval, before the budget stretches it
+    production_share: float = 0.5  # the production streams' least part of what the floor and urgency leave
 
 
 @dataclass(frozen=True)
@@ -119,17 +146,22 @@ class BudgetState:
     factor: float  # the production streams' intervals are stretched by this (>= 1; inf: no capacity, floor rate)
     demand: float = 0.0  # probe tokens/s the streams would cost at their configured intervals
     pinned_factor: float = 1.0  # the pinned streams' intervals are stretched by this
+    urgent_factor: float = 1.0  # the urgent streams' intervals are stretched by this
+    urgent: frozenset[StreamKey] = frozenset()
 
     def factor_for(self, key: StreamKey) -> float:
-        return self.factor if key.kind == "production" else self.pinned_factor
+        if key.kind == "production":
+            return self.factor
+        return self.urgent_factor if key in self.urgent else self.pinned_factor
 
 
 @dataclass(frozen=True)
 class Stream:
     key: StreamKey
     prompts: tuple[PromptSlot, ...]
-    interval_s: float  # configured, before the budget stretches it
+    interval_s: float  # configured (urgent_interval_s while urgent), before the budget stretches it
     floor_s: float  # the longest the budget may stretch it to (floor_interval)
+    urgent: Urgency | None = None
 
     @property
     def fillers(self) -> int:
@@ -181,34 +213,77 @@ def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
             conditions = revision_conditions(target, ref, params)
             floor_s = params.floor_interval_s * len(conditions)
             for condition in conditions:
-                found.append(Stream(StreamKey(target.model, "pinned", ref, condition), prompts, params.pinned_interval_s,
-                                    floor_s))
+                key = StreamKey(target.model, "pinned", ref, condition)
+                urgent = snapshot.urgent.get(key)
+                interval = min(params.urgent_interval_s, params.pinned_interval_s) if urgent else params.pinned_interval_s
+                found.append(Stream(key, prompts, interval, floor_s, urgent))
     return sorted(found, key=lambda s: _order_key(s.key))
 
 
+def stream_urgency(state: StreamState | None, min_probes: int, bad_engine: str | None = None) -> Urgency | None:
+    """A pinned stream's urgency from its stored state (None: it has none yet, so it is warming): suspect while
+    its statistic is above 0 or an alarm is in force (pinned to `bad_engine`, the engine of its latest bad
+    probe), warming while it has fewer than `min_probes` scored probes, else not urgent."""
+    if state is None:
+        return Urgency("warming")
+    alarmed = state.divergence.alarmed_at is not None or state.answer.alarmed_at is not None
+    if alarmed or state.divergence.steps > 0 or state.answer.steps > 0:
+        return Urgency("suspect", bad_engine)
+    if state.divergence.probes < min_probes:
+        return Urgency("warming")
+    return None
+
+
 def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetState:
-    """The budget goes to the production streams first (the path users see, and the one that catches a
-    misroute or a bad engine as a mixture), then the pinned streams share what is left."""
+    """The floor first, then the urgent streams, then the production and the other pinned streams share what
+    is left (the production streams at least `production_share` of it when both want more)."""
     capacity = snapshot.busy_capacity
     recent_rate = snapshot.spent_tokens / params.budget_window_s
     share = recent_rate / capacity if capacity > 0 else 0.0
     allowed = params.budget_share * capacity
     found = streams(snapshot, params)
-    production = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind == "production")
-    pinned = sum(mean_probe_tokens(s) / s.interval_s for s in found if s.key.kind != "production")
-    pinned_floor = sum(mean_probe_tokens(s) / max(s.interval_s, s.floor_s)
-                       for s in found if s.key.kind != "production")
-    factor = stretch(production, allowed - pinned_floor)
-    pinned_factor = stretch(pinned, allowed - production) if factor == 1.0 else math.inf
-    return BudgetState(share=share, allowed=allowed, factor=factor, demand=production + pinned,
-                       pinned_factor=pinned_factor)
+    production = [s for s in found if s.key.kind == "production"]
+    urgent = [s for s in found if s.urgent is not None]
+    pinned = [s for s in found if s.key.kind != "production" and s.urgent is None]
+    left = allowed - sum(cost(group, math.inf) for group in (production, urgent, pinned))
+    urgent_factor = fit_factor(urgent, cost(urgent, math.inf) + max(left, 0.0))
+    left -= cost(urgent, urgent_factor) - cost(urgent, math.inf)
+    wanted_production = cost(production, 1.0) - cost(production, math.inf)
+    wanted_pinned = cost(pinned, 1.0) - cost(pinned, math.inf)
+    if wanted_production + wanted_pinned <= left:
+        production_part = wanted_production
+    else:
+        production_part = min(wanted_production, max(params.production_share * left, left - wanted_pinned))
+    production_part = max(production_part, 0.0)
+    factor = fit_factor(production, cost(production, math.inf) + production_part)
+    pinned_factor = fit_factor(pinned, cost(pinned, math.inf) + max(left - production_part, 0.0))
+    return BudgetState(share=share, allowed=allowed, factor=factor, demand=cost(found, 1.0),
+                       pinned_factor=pinned_factor, urgent_factor=urgent_factor,
+                       urgent=frozenset(s.key for s in urgent))
 
 
-def stretch(demand: float, allowed: float) -> float:
-    """How much longer intervals must be for `demand` tokens/s to fit in `allowed` (1: it fits)."""
-    if demand <= allowed:
+def cost(group: Sequence[Stream], factor: float) -> float:
+    """Tokens/s the streams cost with their intervals stretched by `factor` (inf: at their floors)."""
+    return sum(mean_probe_tokens(s) / effective_interval(s.interval_s, factor, s.floor_s) for s in group)
+
+
+def fit_factor(group: Sequence[Stream], allowed: float) -> float:
+    """The least stretch (>= 1) at which the streams cost at most `allowed` tokens/s: 1 when they fit as
+    configured, inf when only their floors fit (or not even those). The cost falls as the factor grows until
+    every stream is at its floor, so bisection finds it."""
+    if cost(group, 1.0) <= allowed:
         return 1.0
-    return demand / allowed if allowed > 0 else math.inf
+    floor = cost(group, math.inf)
+    if allowed <= floor * (1 + 1e-12):
+        return math.inf
+    low, high = 1.0, max(s.floor_s / s.interval_s for s in group)  # at `high` every stream is at its floor
+    for _ in range(FIT_STEPS):
+        mid = (low + high) / 2
+        if cost(group, mid) <= allowed:
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def revision_conditions(target: ModelTargets, ref: str, params: ScheduleParams) -> tuple[int, ...]:
@@ -285,18 +360,23 @@ def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
     key = stream.key
     return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, fillers=stream.fillers,
                         prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers),
-                        engine=pinned_engine(snapshot, key, index))
+                        engine=pinned_engine(snapshot, key, index, stream.urgent))
 
 
-def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int) -> str | None:
+def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent: Urgency | None = None) -> str | None:
     """A pinned probe walks its revision's engines with its prompts (the i-th prompt of the rotation goes to
     engine i mod n): prefix-cache locality would otherwise send a golden prompt to the engine that has it
-    cached every time, and a fault on another engine of the class would go unseen. None on the production
-    path (routed as users are) or when the engines are not known."""
+    cached every time, and a fault on another engine of the class would go unseen. A suspect stream goes to
+    the engine of its latest bad probe while that engine is ready: a fault on one engine of several then
+    shows in every probe rather than in one of n (healthy engines share the class's noise, so where the
+    probes go does not change the false-alarm rate). None on the production path (routed as users are) or
+    when the engines are not known."""
     if key.kind != "pinned" or key.class_ref is None:
         return None
     target = next((m for m in snapshot.models if m.model == key.model), None)
     engines = target.engines.get(key.class_ref, ()) if target is not None else ()
+    if urgent is not None and urgent.engine in engines:
+        return urgent.engine
     return engines[index % len(engines)] if engines else None
 
 

@@ -5,11 +5,15 @@ Each stream runs two Bernoulli CUSUMs (cusum.py): the *divergence* test (bad: th
 reference beyond the class's own noise) and, when some prompt's reference answer passed its expected check,
 the *answer* test (bad: a correct answer turned wrong). The verdict:
 
-- `not_measured` until the stream has `min_probes` scored probes (failed probes, without a score, do not
-  count): a stream that was never measured is never shown as healthy;
 - `failing` while the answer test's alarm is in force (answers are wrong);
 - `drifting` while the divergence test's alarm is in force (answers differ beyond the noise);
+- `not_measured` otherwise, until the stream has `min_probes` scored probes (failed probes, without a score,
+  do not count): a stream that was never measured is never shown as healthy;
 - `healthy` otherwise.
+
+An alarm is not held back until `min_probes`: the CUSUM starts at 0, so its false-alarm rate (the ARL0 its
+threshold is designed for) holds from the first probe, and a new revision that is plainly wrong is named as
+soon as the evidence crosses the threshold. Only "healthy" needs the minimum.
 
 After an alarm the statistic restarts at 0, but the alarm stays in force (the verdict holds) until
 `recovery_probes` consecutive good probes; then the stream is healthy again. `since` is when the verdict
@@ -119,12 +123,12 @@ def _cleared(state: CusumState) -> CusumState:
 
 
 def _verdict(divergence: CusumState, answer: CusumState, min_probes: int) -> Verdict:
-    if divergence.probes < min_probes:
-        return "not_measured"
     if answer.alarmed_at is not None:
         return "failing"
     if divergence.alarmed_at is not None:
         return "drifting"
+    if divergence.probes < min_probes:
+        return "not_measured"
     return "healthy"
 
 

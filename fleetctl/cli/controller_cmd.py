@@ -71,6 +71,8 @@ def serve(
     canary_production_interval_s: Annotated[
         float | None, _opt("canary_production_interval_s", "--canary-production-interval")] = None,
     canary_floor_interval_s: Annotated[float | None, _opt("canary_floor_interval_s", "--canary-floor-interval")] = None,
+    canary_urgent_interval_s: Annotated[float | None, _opt("canary_urgent_interval_s", "--canary-urgent-interval")] = None,
+    canary_production_share: Annotated[float | None, _opt("canary_production_share", "--canary-production-share")] = None,
     canary_false_alarm_days: Annotated[float | None, _opt("canary_false_alarm_days", "--canary-false-alarm-days")] = None,
     canary_shift: Annotated[float | None, _opt("canary_shift", "--canary-shift")] = None,
     canary_min_probes: Annotated[int | None, _opt("canary_min_probes", "--canary-min-probes")] = None,
@@ -101,6 +103,8 @@ def serve(
                          canary_pinned_interval_s=canary_pinned_interval_s,
                          canary_production_interval_s=canary_production_interval_s,
                          canary_floor_interval_s=canary_floor_interval_s, canary_false_alarm_days=canary_false_alarm_days,
+                         canary_urgent_interval_s=canary_urgent_interval_s,
+                         canary_production_share=canary_production_share,
                          canary_shift=canary_shift, canary_min_probes=canary_min_probes,
                          canary_recovery_probes=canary_recovery_probes, canary_timeout_s=canary_timeout_s,
                          canary_concurrency=canary_concurrency, canary_webhook_url=canary_webhook_url,

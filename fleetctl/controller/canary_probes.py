@@ -13,7 +13,9 @@ One run:
    - from canary_probes over the trailing horizon: each stream's last probe (merged with what this leader
      planned since, which also covers probes stored at another batch condition than planned), the tokens
      spent in the budget window, and each prompt's observed prompt tokens;
-   - the fleet's busy capacity (canary_capacity.py) and the streams in flight (the executor's).
+   - the fleet's busy capacity (canary_capacity.py) and the streams in flight (the executor's);
+   - each pinned stream's urgency (schedule.stream_urgency) from its stored verdict state (canary_streams),
+     with the engine of a suspect stream's latest bad probe.
 2. `decide` (pure): schedule.plan, each planned probe paired with a gateway; the budget state; when to run
    again (the next stream's due time, at most MAX_REQUEUE_S so new revisions are noticed).
 3. `apply`: hands the probes to the `ProbeExecutor` (non-blocking: it sends, scores and stores them),
@@ -46,18 +48,23 @@ from fleetctl.canary.schedule import (
     ScheduleParams,
     ScheduleSnapshot,
     StreamHistory,
+    Urgency,
     budget_state,
     estimate_prompt_tokens,
     longest_floor_interval,
     next_index_after,
     plan,
     probe_tokens,
+    revision_conditions,
     seconds_to_next_due,
+    stream_urgency,
 )
-from fleetctl.canary.types import PROBES_FLAG, GoldenPrompt, GoldenSet, StreamKey
+from fleetctl.canary.types import PROBES_FLAG, GoldenPrompt, GoldenSet, ProbeRecord, StreamKey, StreamState
+from fleetctl.canary.verdict import is_bad
 from fleetctl.controller.canary_capacity import ServedCapacity, read_engines
 from fleetctl.controller.canary_executor import CanaryProbeMetrics, ProbeExecutor, SendProbe, fillers_of
 from fleetctl.controller.canary_refs import reference_for
+from fleetctl.controller.canary_streams import load_streams, probes_by_id
 from fleetctl.controller.db import Store
 from fleetctl.controller.gateways import is_stale
 from fleetctl.controller.metrics import ControllerMetrics
@@ -117,7 +124,8 @@ def schedule_params(settings: ControllerSettings) -> ScheduleParams:
         pinned_interval_s=settings.canary_pinned_interval_s, production_interval_s=settings.canary_production_interval_s,
         floor_interval_s=settings.canary_floor_interval_s, budget_share=settings.canary_budget_share,
         budget_window_s=settings.canary_budget_window_s, concurrency=settings.canary_concurrency,
-        conditions=settings.batch_conditions)
+        conditions=settings.batch_conditions, urgent_interval_s=settings.canary_urgent_interval_s,
+        production_share=settings.canary_production_share)
 
 
 def probe_headers(settings: ControllerSettings) -> dict[str, str]:
@@ -134,6 +142,7 @@ class CanaryProbeReconciler:
         self.interval_s = settings.reconcile_interval_s
         self.params = schedule_params(settings)
         self.retention_s = settings.canary_probe_retention_s
+        self.min_probes = settings.canary_min_probes
         self.capacity = ServedCapacity(settings.canary_capacity_window_s)
         self.metrics = CanaryProbeMetrics(metrics.registry) if metrics is not None else None
         self.executor = executor or ProbeExecutor(store, send, headers=probe_headers(settings),
@@ -160,7 +169,8 @@ class CanaryProbeReconciler:
             now=now, enabled=probes_enabled(session), models=models,
             streams=load_history(probes, models, self._planned), spent_tokens=spent,
             busy_capacity=self.capacity.capacity(now), in_flight=self.executor.in_flight(),
-            in_flight_count=self.executor.in_flight_count())
+            in_flight_count=self.executor.in_flight_count(),
+            urgent=urgent_streams(session, models, self.params, self.min_probes))
         return CanaryProbeSnapshot(schedule, live_gateways(session, now),
                                    now - timedelta(seconds=self.retention_s))
 
@@ -371,6 +381,31 @@ def load_history(probes: Sequence[StoredProbe], models: Sequence[ModelTargets],
         times = [t for t in (mine.last_sent, history.get(key, StreamHistory()).last_sent) if t is not None]
         history[key] = StreamHistory(max(times, default=None), mine.next_index)
     return history
+
+
+def urgent_streams(session: Session, models: Sequence[ModelTargets], params: ScheduleParams,
+                   min_probes: int) -> dict[StreamKey, Urgency]:
+    """The pinned streams of `models` that are urgent (schedule.stream_urgency), from their stored states; a
+    suspect one with the engine of its latest bad probe (among the probes it keeps as evidence)."""
+    states = dict(load_streams(session))
+    wanted = [StreamKey(target.model, "pinned", ref, condition)
+              for target in models for ref, prompts in target.revisions.items() if prompts
+              for condition in revision_conditions(target, ref, params)]
+    found = {key: stream_urgency(states.get(key), min_probes) for key in wanted}
+    suspect = [key for key, urgency in found.items() if urgency is not None and urgency.reason == "suspect"]
+    window = probes_by_id(session, [i for key in suspect for i in states[key].recent])
+    for key in suspect:
+        found[key] = Urgency("suspect", latest_bad_engine(states[key], window))
+    return {key: urgency for key, urgency in found.items() if urgency is not None}
+
+
+def latest_bad_engine(state: StreamState, window: Mapping[int, ProbeRecord]) -> str | None:
+    """The engine of the newest bad probe among the stream's evidence (None: none there, or not loaded)."""
+    for probe_id in reversed(state.recent):
+        probe = window.get(probe_id)
+        if probe is not None and is_bad(probe) and probe.engine:
+            return probe.engine
+    return None
 
 
 def prune_probes(session: Session, before: datetime, limit: int = PRUNE_BATCH) -> int:

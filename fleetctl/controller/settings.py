@@ -33,7 +33,7 @@ ENV_VARS = {
 # passes its environment on to the controller, which is how the demo compresses the probe intervals.
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
-    "canary_floor_interval_s", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
+    "canary_floor_interval_s", "canary_urgent_interval_s", "canary_production_share", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
     "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url", "canary_batch_conditions")})
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "watch_tick_s", "watch_ping_s", "watch_history_mib", "watch_events", "replica_name")})
@@ -88,6 +88,14 @@ class ControllerSettings(BaseModel):
         default=120.0, gt=0, description="the floor rate, paid for first from the budget and spent "
         "even when the budget cannot pay for it: every live revision gets a pinned probe (its batch conditions in "
         "turn) and every model a production probe at least this often")
+    canary_urgent_interval_s: float = Field(
+        default=15.0, gt=0, description="seconds between pinned probes of an urgent stream: one warming up (fewer "
+        "than canary_min_probes scored probes: a new revision) or suspect (bad probes not yet explained away, or "
+        "an alarm in force; pinned to the engine that served the latest bad one); funded from the budget right "
+        "after the floor")
+    canary_production_share: float = Field(
+        default=0.5, ge=0, le=1, description="when the production and the pinned streams both want more than the "
+        "floor and the urgent streams leave, the production streams get at least this share of it")
     canary_false_alarm_days: float = Field(
         default=30.0, gt=0, description="target mean time between false alarms of one stream, probing at its "
         "configured interval; the tests' thresholds follow from it")

@@ -1,5 +1,6 @@
 """schedule.plan and budget_state over hand-built snapshots: the streams a fleet calls for, the flag, the
-concurrency limit and its order, prompt rotation, the budget's stretch factor and its floor."""
+concurrency limit and its order, prompt rotation, the budget's stretch factors and its floor, the production
+share, and the urgent streams (warming, suspect) that are funded first and follow the bad engine."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from fleetctl.canary.schedule import (
     ScheduleParams,
     ScheduleSnapshot,
     StreamHistory,
+    Urgency,
     budget_state,
+    cost,
+    fit_factor,
     effective_interval,
     estimate_prompt_tokens,
     longest_floor_interval,
@@ -24,16 +28,18 @@ from fleetctl.canary.schedule import (
     plan,
     probe_tokens,
     seconds_to_next_due,
+    stream_urgency,
     streams,
 )
-from fleetctl.canary.types import GoldenPrompt, Sampling, StreamKey
+from fleetctl.canary.types import CusumState, GoldenPrompt, Sampling, StreamKey, StreamState
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 A, B = "chat@r1", "chat@r2"
 PROMPTS = tuple(PromptSlot(GoldenPrompt(id=f"p{i}", prompt="x" * 36, sampling=Sampling(max_tokens=10)), 10)
                 for i in range(3))
 PARAMS = ScheduleParams(pinned_interval_s=60.0, production_interval_s=5.0, floor_interval_s=120.0, budget_share=0.02,
-                        budget_window_s=300.0, concurrency=100, conditions=(1, 4))
+                        budget_window_s=300.0, concurrency=100, conditions=(1, 4), production_share=1.0)
+SPLIT = ScheduleParams(**{**PARAMS.__dict__, "production_share": 0.5})  # the default share
 PROD = StreamKey("m", "production")
 
 
@@ -160,21 +166,95 @@ def test_when_the_production_stream_is_over_what_the_floor_leaves_it_stretches_a
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
 
-def planned_rate(capacity: float, revisions: dict[str, tuple[PromptSlot, ...]]) -> float:
+def planned_rate(capacity: float, revisions: dict[str, tuple[PromptSlot, ...]], params: ScheduleParams = PARAMS,
+                 urgent: dict[StreamKey, Urgency] | None = None) -> float:
     """Tokens/s the streams cost at the intervals the budget gives them."""
-    snapshot = snap(revisions, busy_capacity=capacity)
-    state = budget_state(snapshot, PARAMS)
+    snapshot = snap(revisions, busy_capacity=capacity, urgent=urgent or {})
+    state = budget_state(snapshot, params)
     return sum(mean_probe_tokens(s) / effective_interval(s.interval_s, state.factor_for(s.key), s.floor_s)
-               for s in streams(snapshot, PARAMS))
+               for s in streams(snapshot, params))
 
 
+@pytest.mark.parametrize("params", [PARAMS, SPLIT])
+@pytest.mark.parametrize("urgent", [{}, {pinned(A, 4): Urgency("suspect", "e1")},
+                                    {pinned(A, 1): Urgency("warming"), pinned(A, 4): Urgency("warming")}])
 @pytest.mark.parametrize("revisions", [{A: PROMPTS}, {A: PROMPTS, B: PROMPTS}])
-def test_probes_stay_within_the_budget_whenever_it_can_pay_for_the_floor(revisions) -> None:
+def test_probes_stay_within_the_budget_whenever_it_can_pay_for_the_floor(revisions, urgent, params) -> None:
     floor_cost = len(revisions) * PINNED_AT_FLOOR + 20 / 120  # every stream at its floor
     for allowed in [floor_cost * m for m in (1.0, 1.3, 2.0, 5.0, 50.0)]:
-        assert planned_rate(allowed / 0.02, revisions) <= allowed * (1 + 1e-9)
+        assert planned_rate(allowed / 0.02, revisions, params, urgent) <= allowed * (1 + 1e-9)
     # below that the floor is spent anyway (an idle or tiny fleet is still measured), and no more than it
-    assert planned_rate(floor_cost / 2 / 0.02, revisions) == pytest.approx(floor_cost)
+    assert planned_rate(floor_cost / 2 / 0.02, revisions, params, urgent) == pytest.approx(floor_cost)
+
+
+def test_with_the_default_share_the_production_stream_gets_half_of_what_is_left_when_both_want_more() -> None:
+    floor = PINNED_AT_FLOOR + 20 / 120
+    left = 2.0  # tokens/s beyond the floor; production wants 4 - 1/6, the pinned streams 178/60 - 178/240
+    state = budget_state(snap(busy_capacity=(floor + left) / 0.02), SPLIT)
+    streams_ = streams(snap(), SPLIT)
+    production = [s for s in streams_ if s.key == PROD]
+    pinned_ = [s for s in streams_ if s.key != PROD]
+    assert cost(production, state.factor) == pytest.approx(20 / 120 + left / 2)
+    assert cost(pinned_, state.pinned_factor) == pytest.approx(PINNED_AT_FLOOR + left / 2)
+    # what one side does not want goes to the other: pinned streams that want less than half leave the rest
+    tiny = (PromptSlot(GoldenPrompt(id="t", prompt="x", sampling=Sampling(max_tokens=1)), 1),)
+    state = budget_state(snap({A: tiny}, busy_capacity=(floor + left) / 0.02), SPLIT)
+    assert state.pinned_factor == 1.0 and 1.0 < state.factor < math.inf
+
+
+def test_fit_factor_finds_the_least_stretch_that_fits() -> None:
+    group = [s for s in streams(snap(), PARAMS) if s.key != PROD]  # 178 tokens / 60 s, floors 240 s
+    assert fit_factor(group, 10.0) == 1.0
+    assert fit_factor(group, 178 / 120) == pytest.approx(2.0)
+    assert fit_factor(group, PINNED_AT_FLOOR) == math.inf and fit_factor([], 0.0) == 1.0
+
+
+URGENT_B4 = {pinned(A, 4): Urgency("suspect", "e2")}
+
+
+def test_an_urgent_stream_asks_for_its_urgent_interval_and_is_funded_before_the_production_stream() -> None:
+    found = {s.key: s for s in streams(snap(urgent=URGENT_B4), PARAMS)}
+    assert found[pinned(A, 4)].interval_s == 15.0 and found[pinned(A, 4)].floor_s == 240.0
+    assert found[pinned(A, 1)].interval_s == 60.0 and found[pinned(A, 1)].urgent is None
+    # the budget pays the floor and the b4 stream's 158 tokens / 15 s; the production stream gets the rest
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + 158 / 15 - 158 / 240 + 1.0) / 0.02
+    state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), PARAMS)
+    assert state.urgent_factor == 1.0 and state.urgent == frozenset(URGENT_B4)
+    assert state.factor > 1.0 and state.pinned_factor == math.inf  # production: 1/6 + 1 tokens/s of its 4
+    history = {PROD: ago(1), pinned(A, 1): ago(1), pinned(A, 4): ago(15.01)}
+    assert keys(plan(snap(busy_capacity=capacity, urgent=URGENT_B4, streams=history), PARAMS)) == [pinned(A, 4)]
+
+
+def test_urgent_streams_stretch_toward_their_floor_when_the_budget_is_short() -> None:
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + 158 / 30 - 158 / 240) / 0.02  # pays the b4 stream every 30 s
+    state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), PARAMS)
+    assert state.urgent_factor == pytest.approx(2.0) and state.factor == math.inf
+    assert budget_state(snap(busy_capacity=0.0, urgent=URGENT_B4), PARAMS).urgent_factor == math.inf
+
+
+def test_a_suspect_stream_is_pinned_to_the_engine_of_its_bad_probe_while_it_is_ready() -> None:
+    targets = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1", "e2", "e3")})
+    for index in range(3):
+        history = {key: ago(1e6, index) for key in (PROD, pinned(A, 1), pinned(A, 4))}
+        snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(targets,), busy_capacity=1e9, streams=history,
+                                    urgent=URGENT_B4)
+        planned = {p.stream: p.engine for p in plan(snapshot, PARAMS)}
+        assert planned[pinned(A, 4)] == "e2" and planned[pinned(A, 1)] == ("e1", "e2", "e3")[index]
+    gone = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1", "e3")})  # e2 is no longer ready: walk
+    snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(gone,), busy_capacity=1e9, urgent=URGENT_B4)
+    assert {p.stream: p.engine for p in plan(snapshot, PARAMS)}[pinned(A, 4)] == "e1"
+
+
+def test_stream_urgency_warming_suspect_or_none() -> None:
+    assert stream_urgency(None, 10) == Urgency("warming")
+    assert stream_urgency(StreamState(divergence=CusumState(probes=9)), 10) == Urgency("warming")
+    assert stream_urgency(StreamState(divergence=CusumState(probes=10)), 10) is None
+    raised = StreamState(divergence=CusumState(probes=50, steps=3))
+    assert stream_urgency(raised, 10, "e2") == Urgency("suspect", "e2")
+    alarmed = StreamState(divergence=CusumState(probes=50, alarmed_at=NOW))  # statistic restarted, alarm in force
+    assert stream_urgency(alarmed, 10) == Urgency("suspect")
+    wrong = StreamState(divergence=CusumState(probes=50), answer=CusumState(steps=1))
+    assert stream_urgency(wrong, 10).reason == "suspect"  # type: ignore[union-attr]
 
 
 def test_a_revision_at_its_floor_gets_one_pinned_probe_per_floor_interval_over_its_conditions() -> None:

@@ -81,12 +81,14 @@ def test_divergence_alarm_drifts_holds_then_recovers() -> None:
     assert recovered.since == T0 + timedelta(seconds=p.next_id)
 
 
-def test_an_alarm_before_min_probes_shows_once_measured() -> None:
+def test_an_alarm_before_min_probes_shows_at_once() -> None:
     p = Probes()
-    state = run(StreamState(), p.many(4, diverged=True))
-    assert state.verdict == "not_measured" and state.divergence.alarmed_at is not None
-    state = run(state, p.many(MIN - 4))
-    assert state.verdict == "drifting"
+    state = run(StreamState(), p.many(2, diverged=True))
+    assert state.verdict == "not_measured" and state.divergence.alarmed_at is None  # below the threshold
+    state = run(state, p.many(1, diverged=True))  # 3 of 3 bad: the CUSUM crosses, 7 probes short of MIN
+    assert state.verdict == "drifting" and state.divergence.alarmed_at is not None
+    state = run(state, p.many(RECOVERY))
+    assert state.verdict == "healthy"  # recovered, and measured by now (3 + RECOVERY >= MIN)
 
 
 def test_wrong_answers_fail_and_failing_outranks_drifting() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +26,9 @@ from rollout_helpers import MODEL, R1, R2, Agent, served_by_r1
 from sqlalchemy import select
 
 from fleetctl.canary.schedule import budget_state
-from fleetctl.canary.types import ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling
+from fleetctl.canary.types import (
+    ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling, StreamKey,
+)
 from fleetctl.controller.api.app import create_app
 from fleetctl.controller.canary_probes import CANARY_PROBES, PROBES_FLAG, CanaryProbeReconciler, prune_probes
 from fleetctl.controller.canary_refs import class_correctness_digest
@@ -294,7 +297,7 @@ def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exp
     assert share == pytest.approx(spent / 300 / 200_000)
 
 
-def test_over_the_budget_the_production_stream_keeps_its_interval_and_pinned_ones_stretch(
+def test_over_the_budget_at_production_share_1_the_production_stream_keeps_its_interval_and_pinned_ones_stretch(
         fleet: tuple[Api, NetworkStandIn]) -> None:
     api, _ = fleet
     agent = served_by_r1(api)
@@ -305,17 +308,69 @@ def test_over_the_budget_the_production_stream_keeps_its_interval_and_pinned_one
     busy_engines(api, agent, 3000)  # 300 tokens/s: the budget allows 6 probe tokens/s
     store_reference(api)
     report_gateway(api)
+    reconciler = canary(api)
+    reconciler.params = replace(reconciler.params, production_share=1.0)
+    reconciler.min_probes = 1  # one probe each and the streams are measured, so none is warming
     first = probe_round(api)
     assert len(first) == 5
-    reconciler = canary(api)
+    api.reconcile()  # folds them
     with api.runtime.store.session() as session:
         budget = budget_state(reconciler.snapshot(session, api.clock()).schedule, reconciler.params)
+    assert budget.urgent == frozenset()
     assert budget.allowed == pytest.approx(6.0) and budget.demand > budget.allowed
     assert budget.factor == 1.0 and budget.pinned_factor > 1.0  # the production stream fits; the pinned ones do not
     elapse(api, agent, 4)
     assert probe_round(api)[len(first):] == []
     elapse(api, agent, 2)
     assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]  # every 5 s, as configured
+
+
+def test_a_new_revisions_streams_warm_up_at_the_urgent_interval_until_measured(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, _ = fleet
+    agent = served_by_r1(api)
+    api.reconcile()
+    elapse(api, agent, 10)
+    busy_engines(api, agent, 3e6)  # a budget that pays for everything
+    store_reference(api)
+    report_gateway(api)
+    reconciler = canary(api)
+    sent_at = []
+    for _ in range(reconciler.min_probes):  # a round every 15 s (the urgent interval), not 60 s, while warming
+        before = len(probes(api))
+        sent = probe_round(api)[before:]
+        assert [r["kind"] for r in sent].count("production") == 1
+        sent_at.append(sorted(r["condition"] for r in sent if r["kind"] == "pinned"))
+        elapse(api, agent, 15.5)
+    assert reconciler.min_probes == 10 and all([c for c in r if c != 1] == list(CONDITIONS[1:]) for r in sent_at)
+    # b1 also counts the production probes its revision served: measured after 5 rounds, it is back to its
+    # 60 s interval (probed again 4 rounds after its last)
+    assert [1 in r for r in sent_at] == [True] * 5 + [False] * 3 + [True] + [False]
+    before = len(probes(api))
+    sent = probe_round(api)[before:]  # folds the last round: each pinned stream is measured, and healthy
+    with api.runtime.store.session() as session:
+        assert reconciler.snapshot(session, api.clock()).schedule.urgent == {}
+    assert [r["kind"] for r in sent] == ["production"]  # 15.5 s on: no pinned stream is due at 60 s
+    elapse(api, agent, 45)
+    assert sorted(r["kind"] for r in probe_round(api)[before + 1:]) == ["pinned"] * len(CONDITIONS) + ["production"]
+
+
+def test_a_stream_with_bad_probes_is_suspect_and_names_the_engine_that_served_them(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    api, stand_in = fleet
+    agent = served_by_r1(api)
+    store_reference(api)
+    report_gateway(api)
+    stand_in.wrong = {R1}
+    rows = probe_round(api)
+    api.reconcile()  # folds them: every stream had a bad probe
+    engines = {r["engine"] for r in rows if r["kind"] == "pinned"}
+    assert len(engines) == 1 and None not in engines
+    reconciler = canary(api)
+    with api.runtime.store.session() as session:
+        urgent = reconciler.snapshot(session, api.clock()).schedule.urgent
+    assert set(urgent) == {StreamKey(MODEL, "pinned", R1, c) for c in CONDITIONS}
+    assert {u.reason for u in urgent.values()} == {"suspect"} and {u.engine for u in urgent.values()} == engines
 
 
 def test_failed_probes_are_stored_as_errors(fleet: tuple[Api, NetworkStandIn]) -> None:
