@@ -26,6 +26,8 @@ import engine
 # source checkout that is not pip-installed.
 SOURCE_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 
 class ManagedProcess:
     """One OS process the agent (or the local fleet) manages."""
@@ -106,16 +108,31 @@ def describe_exit(returncode: int) -> str:
 
 def _create_time(pid: int) -> float:
     try:
-        return psutil.Process(pid).create_time()
+        return start_time(psutil.Process(pid))
     except psutil.Error:
         return 0.0
 
 
+def start_time(proc: psutil.Process) -> float:
+    """When the process started, in seconds since boot (Linux: /proc/PID/stat's starttime), else psutil's
+    create_time(). The wall-clock create_time() is boot time + that, and the boot time the kernel reports moves
+    whenever the wall clock is stepped (a VM's clock is, now and then): after a long run a process would no
+    longer match its own record, and `fleetctl down` would leave it running."""
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        return int(fields[19]) / CLOCK_TICKS  # field 22 of stat(5), counted from its 3rd
+    except (OSError, IndexError, ValueError):
+        return proc.create_time()
+
+
 def is_alive(pid: int, create_time: float) -> bool:
-    """Whether that very process (PID and creation time) still runs; a zombie does not."""
+    """Whether that very process (PID and start time: start_time, or the wall-clock create_time of records
+    written before) still runs; a zombie does not."""
     try:
         proc = psutil.Process(pid)
-        return proc.create_time() == create_time and proc.status() != psutil.STATUS_ZOMBIE
+        same = create_time in (start_time(proc), proc.create_time())
+        return same and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

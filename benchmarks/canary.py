@@ -23,7 +23,8 @@ reference is recorded from A with `fleetctl canary record --golden GOLDEN --repe
 
 Probe cost: `fleet_canary_probe_share` (the controller's own figure: probe tokens/s over the busy capacity) sampled
 every 10 s, and the probe share of served tokens from the engines' own counters (vllm:prompt_tokens_total +
-vllm:generation_tokens_total of every engine, before and after) against the gateway's probe tokens
+vllm:generation_tokens_total of every engine, read every 10 s and summed as increments, so engines restarted or
+removed by a drill still count) against the gateway's probe tokens
 (fleet_gateway_probe_tokens_total, fillers included). Results: a table on stdout and benchmarks/results/canary.json.
 Run it alone on an otherwise idle machine: every figure is a wall-clock time.
 """
@@ -134,9 +135,9 @@ class Bench:
     def ready(self, ref: str) -> list[str]:
         return sorted(e.name for e in self.api.list_engines() if e.class_ref == ref and e.state == "ready")
 
-    def engine_tokens(self) -> float:
-        """prompt + generation tokens every engine has served (their own counters)."""
-        total = 0.0
+    def engine_counters(self) -> dict[str, float]:
+        """engine name -> prompt + generation tokens it has served (its own counters, since it started)."""
+        counters = {}
         for engine in self.api.list_engines():
             if engine.url:
                 try:
@@ -144,8 +145,9 @@ class Bench:
                 except httpx.HTTPError:
                     continue
                 samples = parse_samples(text)
-                total += sum_series(samples, "vllm:prompt_tokens_total") + sum_series(samples, "vllm:generation_tokens_total")
-        return total
+                counters[engine.name] = (sum_series(samples, "vllm:prompt_tokens_total")
+                                         + sum_series(samples, "vllm:generation_tokens_total"))
+        return counters
 
     def probe_tokens(self) -> float:
         text = httpx.get(f"{self.record.gateway_url}/metrics", timeout=5.0).text
@@ -158,20 +160,41 @@ class Bench:
 
 
 class ShareSampler:
-    """fleet_canary_probe_share every 10 s, on a thread."""
+    """Every 10 s, on a thread: fleet_canary_probe_share, and the engines' served-token counters, summed as
+    increments so that an engine restarted by a drill (its counters start again at 0) or scaled away after one
+    still counts what it served."""
 
     def __init__(self, bench: Bench):
         self.bench, self.samples = bench, []
+        self.engine_tokens = 0.0
+        self._last: dict[str, float] | None = None  # None until the first reading
+        self._lock = threading.Lock()  # the sampling thread and the run's end both read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> "ShareSampler":
+        self.observe_engines()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(15)
+        self.observe_engines()
+
+    def observe_engines(self) -> None:
+        try:
+            counters = self.bench.engine_counters()
+        except httpx.HTTPError:
+            return
+        with self._lock:
+            if self._last is None:
+                self._last = counters
+                return
+            for name, value in counters.items():
+                last = self._last.get(name, 0.0)  # an engine started since: all it served
+                self.engine_tokens += value - last if value >= last else value  # a restart: counted from 0
+                self._last[name] = value
 
     def _loop(self) -> None:
         while not self._stop.wait(10.0):
@@ -181,6 +204,7 @@ class ShareSampler:
                 continue
             if value is not None:
                 self.samples.append(value)
+            self.observe_engines()
 
 
 # --- phases ---------------------------------------------------------------------------------------------------
@@ -326,7 +350,7 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
         report["record_s"] = time.monotonic() - recorded
         report["healthy_after_s"] = bench.wait(lambda: (s := bench.production()) is not None and s.verdict == "healthy",
                                                900.0)
-        tokens_before, probes_before, measured = bench.engine_tokens(), bench.probe_tokens(), time.monotonic()
+        tokens_before, probes_before, measured = sampler.engine_tokens, bench.probe_tokens(), time.monotonic()
         phases = {"clean": clean_run, "misroute": misroutes, "plant": plants, "fraction": fractions}
         report["phase_share"] = {}
         for phase in args.phases.split(","):
@@ -336,7 +360,8 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
             report["phase_share"][phase] = {"mean": sum(taken) / len(taken) if taken else None,
                                             "max": max(taken, default=None)}
             write_json(args.out, {**report, "partial": True})  # what is done so far survives an interrupted run
-        served, probed = bench.engine_tokens() - tokens_before, bench.probe_tokens() - probes_before
+        sampler.observe_engines()
+        served, probed = sampler.engine_tokens - tokens_before, bench.probe_tokens() - probes_before
         report["cost"] = {"seconds": time.monotonic() - measured, "engine_tokens": served, "probe_tokens": probed,
                           "probe_share_of_served_tokens": probed / served if served else None,
                           "fleet_canary_probe_share_mean": (sum(sampler.samples) / len(sampler.samples)

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from agent.process import ManagedProcess, child_env, describe_exit, is_alive
+from agent.process import ManagedProcess, child_env, describe_exit, is_alive, start_time
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def start(kind: str, name: str, argv: list[str], log_path: Path, env: dict[str, 
     with log_path.open("ab") as log:
         popen = subprocess.Popen(argv, env=child_env(env or {}), stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)
-    return ProcessInfo(kind, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log_path))
+    return ProcessInfo(kind, name, popen.pid, start_time(psutil.Process(popen.pid)), url, str(log_path))
 
 
 def is_running(info: ProcessInfo) -> bool:
