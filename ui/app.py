@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from textual import work
@@ -50,6 +50,7 @@ from ui.widgets.header import PulseState
 from ui.widgets.help import HelpScreen
 
 BACK_STEPS = 20  # esc remembers this many screens
+COUNTDOWN_S = 1.0  # how often a stale header's "retry in Ns" is redrawn
 CLASSES_CACHED = 64  # class revisions are immutable: fetched once each, the latest 64 kept
 VIEWER_ROLE = "viewer"
 
@@ -85,7 +86,7 @@ class FleetApp(App[None]):
         self.history = EngineHistory()
         self.stale_since: datetime | None = None
         self.connection_error: str | None = None
-        self.retry_in_s: float | None = None
+        self.retry_at: datetime | None = None  # when the stream tries again (the header counts down to it)
         self.clock = clock
         self.class_revisions: OrderedDict[str, ClassRevisionView] = OrderedDict()
         self._source = source
@@ -102,6 +103,7 @@ class FleetApp(App[None]):
             self.install_screen(screen, entry.name)
             self._names[id(screen)] = entry.name
         self.push_screen("fleet")
+        self.set_interval(COUNTDOWN_S, self.tick_countdown)
         self._follow()
         if self.client is not None and not self.readonly:
             self._learn_role()
@@ -159,15 +161,28 @@ class FleetApp(App[None]):
             screen.refresh_chrome()
 
     def on_connection_changed(self, message: ConnectionChanged) -> None:
-        self.connection_error, self.retry_in_s = message.error, message.retry_in_s
+        self.connection_error = message.error
+        self.retry_at = None if message.retry_in_s is None else self.clock() + timedelta(seconds=message.retry_in_s)
         self._refresh_chrome()
+
+    def tick_countdown(self) -> None:
+        """While stale and waiting to retry, the header's "retry in Ns" counts down."""
+        if self.stale_since is not None and self.retry_at is not None:
+            self._refresh_chrome()
+
+    @property
+    def retry_in_s(self) -> float | None:
+        """Seconds until the stream tries again (0 once due); None when connected or not retrying."""
+        if self.retry_at is None:
+            return None
+        return max(0.0, (self.retry_at - self.clock()).total_seconds())
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The stream's worker failed (not a disconnect, which follow() retries): say so, as stale."""
         if event.worker.group == "stream" and event.state is WorkerState.ERROR:
             self.stale_since = self.stale_since or self.clock()
             self.connection_error = f"the change stream stopped: {event.worker.error}"
-            self.retry_in_s = None
+            self.retry_at = None
             self._refresh_chrome()
 
     def receiver(self) -> BaseScreen | None:

@@ -23,7 +23,8 @@ One run:
 
 Gateways that require client API keys (fleetctl/gateway/api_keys.py) need one for the probes:
 `canary_probe_api_key` (env FLEET_CANARY_PROBE_API_KEY) is sent as `Authorization: Bearer <key>`; configure
-it on the gateways without a rate limit, so probes are never throttled there.
+it on the gateways as a probe key without a rate limit (`canary:KEY:0:probe`: only a probe key may send
+x-fleet-probe there), so probes are never throttled.
 
 The executor stops when this process loses leadership or stops (`on_leadership_lost`, `close`: the runner
 calls them); the next leader starts its own.

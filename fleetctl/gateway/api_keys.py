@@ -4,8 +4,12 @@ Keys come from a file (`--api-keys-file`) and/or an environment variable (FLEET_
 per line (the variable may also separate them with commas):
 
     name:key:rps        # e.g. "batch-team:sk-abc123:5"; rps 0 or missing = unlimited; '#' starts a comment
+    name:key:rps:probe  # e.g. "canary:sk-probe:0:probe": a key the controller's canary probes use
 
-No key configured = the gateway is open. Otherwise /v1/* and /fleet/* need `Authorization: Bearer <key>`.
+No key configured = the gateway is open. Otherwise /v1/* and /fleet/* need `Authorization: Bearer <key>`, and
+only a probe key may mark a request as a canary probe (`x-fleet-probe`, which keeps it out of the user-facing
+metrics and lets it pin an engine): any other key doing so is refused with a 403. (An open gateway cannot
+tell its callers apart, so there anyone may.)
 Keys are compared in constant time (sha256 digests compared with hmac.compare_digest against every key, no
 early exit) and never logged: logs and metrics carry the key's name. Each key has a token bucket of `rps`
 tokens per second holding at most max(1, rps) tokens, so a short burst of one second's worth passes.
@@ -20,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from fleetctl.gateway.errors import TooManyRequests, Unauthorized
 
@@ -56,25 +61,40 @@ class ClientKey:
     digest: bytes = field(repr=False)
     rps: float  # 0: unlimited
     bucket: TokenBucket | None = field(default=None, repr=False)
+    probes: bool = False  # may send canary probes (x-fleet-probe)
 
 
-def parse_key_lines(lines: Iterable[str], source: str) -> list[tuple[str, str, float]]:
-    """(name, key, rps) per non-blank, non-comment line. ValueError names the source and line number, never the key."""
+class KeySpec(NamedTuple):
+    """One configured key, as read from a line."""
+
+    name: str
+    key: str
+    rps: float
+    probes: bool = False
+
+
+PROBE_FLAG = "probe"  # the 4th field of a probe key's line
+
+
+def parse_key_lines(lines: Iterable[str], source: str) -> list[KeySpec]:
+    """One KeySpec per non-blank, non-comment line. ValueError names the source and line number, never the key."""
     keys = []
     for number, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split(":")
-        if len(parts) not in (2, 3) or not parts[0].strip() or not parts[1].strip():
-            raise ValueError(f"{source} line {number}: expected name:key[:rps]")
+        if len(parts) not in (2, 3, 4) or not parts[0].strip() or not parts[1].strip():
+            raise ValueError(f"{source} line {number}: expected name:key[:rps[:probe]]")
         try:
-            rps = float(parts[2]) if len(parts) == 3 and parts[2].strip() else 0.0
+            rps = float(parts[2]) if len(parts) >= 3 and parts[2].strip() else 0.0
         except ValueError:
             raise ValueError(f"{source} line {number}: rps must be a number") from None
         if rps < 0 or math.isnan(rps):
             raise ValueError(f"{source} line {number}: rps must be >= 0")
-        keys.append((parts[0].strip(), parts[1].strip(), rps))
+        if len(parts) == 4 and parts[3].strip() != PROBE_FLAG:
+            raise ValueError(f"{source} line {number}: the 4th field may only be {PROBE_FLAG!r}")
+        keys.append(KeySpec(parts[0].strip(), parts[1].strip(), rps, len(parts) == 4))
     return keys
 
 
@@ -85,15 +105,16 @@ def _digest(key: str) -> bytes:
 class KeyRing:
     """The configured keys. `check(authorization)` returns the caller's key name, or raises 401 / 429."""
 
-    def __init__(self, keys: Iterable[tuple[str, str, float]], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, keys: Iterable[tuple[str, str, float] | KeySpec], clock: Callable[[], float] = time.monotonic):
         self._keys: list[ClientKey] = []
         names: set[str] = set()
-        for name, key, rps in keys:
+        for spec in keys:
+            name, key, rps, probes = KeySpec(*spec)
             if name in names:
                 raise ValueError(f"API key name {name!r} appears twice")
             names.add(name)
             bucket = TokenBucket(rps, max(1.0, rps), clock) if rps > 0 else None
-            self._keys.append(ClientKey(name, _digest(key), rps, bucket))
+            self._keys.append(ClientKey(name, _digest(key), rps, bucket, probes))
 
     @property
     def open(self) -> bool:
@@ -116,6 +137,10 @@ class KeyRing:
             raise Unauthorized("invalid API key")
         return found
 
+    def may_probe(self, name: str | None) -> bool:
+        """Whether the key called `name` may send canary probes; on an open gateway anyone may."""
+        return self.open or any(key.name == name and key.probes for key in self._keys)
+
     @staticmethod
     def throttle(key: ClientKey) -> None:
         """Take one request from the key's bucket; TooManyRequests (with Retry-After) when it is empty."""
@@ -137,7 +162,7 @@ class KeyRing:
 
 
 def load_key_ring(path: Path | None, env_value: str | None) -> KeyRing:
-    keys: list[tuple[str, str, float]] = []
+    keys: list[KeySpec] = []
     if path is not None:
         keys += parse_key_lines(path.read_text().splitlines(), str(path))
     if env_value:

@@ -24,12 +24,13 @@ import httpx
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from engine.contract.faults import PROBE_HEADER
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway import openapi
 from fleetctl.gateway.api_keys import KeyRing, load_key_ring
 from fleetctl.gateway.dispatch import RequestContext
-from fleetctl.gateway.errors import GatewayError, TooManyRequests
+from fleetctl.gateway.errors import Forbidden, GatewayError, TooManyRequests
 from fleetctl.gateway.frontdoor import FrontDoor, error_response
 from fleetctl.gateway.probe_traffic import probe_kind
 from fleetctl.gateway.metrics import GatewayMetrics
@@ -171,8 +172,12 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
     async def generation(kind: str, request: Request) -> Response:
         ctx = RequestContext(request.state.request_id)
         try:
-            ctx.probe = probe_kind(request.headers)
+            probe = probe_kind(request.headers)
             authorize(request, ctx)
+            if probe is not None and not keys.may_probe(ctx.key_name):  # a refused one counts as user traffic
+                raise Forbidden(f"{PROBE_HEADER} needs a probe key (a key line ending in ':probe'); "
+                                f"key {ctx.key_name!r} is not one", param=PROBE_HEADER)
+            ctx.probe = probe
         except GatewayError as exc:
             door().finish(ctx, exc.status_code)
             return error_response(exc)

@@ -39,6 +39,13 @@ class BadRequest(GatewayError):
     error_type = "BadRequestError"
 
 
+class Forbidden(GatewayError):
+    """A known API key asking for what it may not do (a canary probe's headers without a probe key)."""
+
+    status_code = 403
+    error_type = "PermissionDeniedError"
+
+
 class Unauthorized(GatewayError):
     """No API key, or one the gateway does not know. The message never repeats the key."""
 

@@ -103,7 +103,8 @@ class FrontDoor:
         self._count_fallback(prepared)
         self._require_engines(prepared)
         self._admit(prepared)
-        self.metrics.added_latency.labels(prepared.model).observe(time.monotonic() - ctx.arrived)
+        if ctx.probe is None:  # probes are not user traffic (probe_traffic.py)
+            self.metrics.added_latency.labels(prepared.model).observe(time.monotonic() - ctx.arrived)
         ctx.probe_tokens.prompt = len(prepared.prompt_ids)  # until the engine's usage says otherwise
         if request.stream:
             return await self._stream(ctx, prepared, request)

@@ -19,6 +19,7 @@ MEANINGS = {
     400: "invalid request (`param` names the field), a prompt that does not fit the context window, or a bad "
          "routing header",
     401: "missing or unknown API key",
+    403: "canary probe headers (x-fleet-probe) from a key that is not a probe key",
     404: "no such model",
     429: "a client's rate limit, or admission predicting the TTFT SLO would break; retry after Retry-After",
     500: "a bug in the gateway (see its log)",
@@ -33,7 +34,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": MEANINGS[status]} for status in sorted({*statuses, 500})}
 
 
-GENERATION_ERRORS = errors(400, 401, 404, 429, 502, 503, 504)
+GENERATION_ERRORS = errors(400, 401, 403, 404, 429, 502, 503, 504)
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:

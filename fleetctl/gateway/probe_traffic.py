@@ -2,7 +2,7 @@
 
 A probe is routed, admitted and served exactly like any other request, but it is not user traffic: it is
 left out of the user-facing request and latency metrics (fleet_gateway_requests_total,
-fleet_gateway_request_seconds, fleet_gateway_ttft_seconds) and out of the per-class-revision counters
+fleet_gateway_request_seconds, fleet_gateway_ttft_seconds, fleet_gateway_added_latency_seconds) and out of the per-class-revision counters
 rollouts gate on (served.ServedRecorder). It is counted instead, per kind, in
 fleet_gateway_probe_requests_total{model,class_ref,kind} and fleet_gateway_probe_tokens_total{...,type}.
 

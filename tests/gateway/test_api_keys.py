@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.gateway.api_keys import KeyRing, TokenBucket, load_key_ring, parse_key_lines
+from fleetctl.gateway.api_keys import KeyRing, KeySpec, TokenBucket, load_key_ring, parse_key_lines
 from fleetctl.gateway.errors import TooManyRequests, Unauthorized
 
 
@@ -20,10 +20,20 @@ class Clock:
 
 def test_key_lines_parse_with_comments_and_optional_rps() -> None:
     lines = ["# team keys", "", "alpha:sk-a:5", "beta:sk-b", "gamma:sk-c:  # unlimited"]
-    assert parse_key_lines(lines, "keys.txt") == [("alpha", "sk-a", 5.0), ("beta", "sk-b", 0.0), ("gamma", "sk-c", 0.0)]
+    assert parse_key_lines(lines, "keys.txt") == [KeySpec("alpha", "sk-a", 5.0), KeySpec("beta", "sk-b", 0.0),
+                                                  KeySpec("gamma", "sk-c", 0.0)]
 
 
-@pytest.mark.parametrize("line", ["alpha", ":sk-a:1", "alpha::1", "alpha:sk-secret:fast", "alpha:sk-secret:-1"])
+def test_a_key_line_ending_in_probe_makes_a_probe_key_and_only_it_may_probe() -> None:
+    keys = parse_key_lines(["canary:sk-p:0:probe", "team:sk-t:3"], "keys.txt")
+    assert keys == [KeySpec("canary", "sk-p", 0.0, True), KeySpec("team", "sk-t", 3.0, False)]
+    ring = KeyRing(keys)
+    assert ring.may_probe("canary") and not ring.may_probe("team") and not ring.may_probe(None)
+    assert KeyRing([]).may_probe(None)  # an open gateway cannot tell callers apart
+
+
+@pytest.mark.parametrize("line", ["alpha", ":sk-a:1", "alpha::1", "alpha:sk-secret:fast", "alpha:sk-secret:-1",
+                                  "alpha:sk-secret:0:admin", "alpha:sk-secret:0:probe:x"])
 def test_bad_key_lines_name_the_line_not_the_key(line: str) -> None:
     with pytest.raises(ValueError) as excinfo:
         parse_key_lines(["# header", line], "keys.txt")

@@ -21,6 +21,7 @@ USER_FACING = (
     ("fleet_gateway_requests_total", {}),
     ("fleet_gateway_request_seconds_count", {}),
     ("fleet_gateway_ttft_seconds_count", {}),
+    ("fleet_gateway_added_latency_seconds_count", {}),
     ("fleet_gateway_class_requests_total", {"class_ref": CLASS}),
     ("fleet_gateway_class_ttft_seconds_count", {"class_ref": CLASS}),
     ("fleet_gateway_class_itl_seconds_count", {"class_ref": CLASS}),
@@ -66,6 +67,7 @@ def test_user_requests_count_in_the_user_facing_metrics(gateway: Proc) -> None:
     assert after["fleet_gateway_requests_total"] == before["fleet_gateway_requests_total"] + 2
     assert after["fleet_gateway_class_requests_total"] == before["fleet_gateway_class_requests_total"] + 2
     assert after["fleet_gateway_ttft_seconds_count"] == before["fleet_gateway_ttft_seconds_count"] + 1
+    assert after["fleet_gateway_added_latency_seconds_count"] == before["fleet_gateway_added_latency_seconds_count"] + 2
     assert after["fleet_gateway_class_itl_seconds_count"] == before["fleet_gateway_class_itl_seconds_count"] + 1
 
 

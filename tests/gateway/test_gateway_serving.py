@@ -14,11 +14,13 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
+from engine.contract.faults import PROBE_HEADER
 from fleetctl.cli.main import app as fleetctl_cli
 from gateway.procs import Launcher, Proc, metric_value, scrape, served_by, static_entry, wait_until
 
 KEY = "sk-test-main"
 SLOW_KEY = "sk-test-slow"
+PROBE_KEY = "sk-test-probe"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 WORDS = "river stone cloud maple lantern copper violet harbor meadow thunder quiet orbit".split()
 
@@ -36,7 +38,7 @@ def engines(launcher: Launcher) -> list[Proc]:
 @pytest.fixture(scope="module")
 def gateway(launcher: Launcher, engines: list[Proc], tmp_path_factory: pytest.TempPathFactory) -> Proc:
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
-    keys.write_text(f"# name:key:rps\nmain:{KEY}:0\nslow:{SLOW_KEY}:1\n")
+    keys.write_text(f"# name:key:rps\nmain:{KEY}:0\nslow:{SLOW_KEY}:1\ncanary:{PROBE_KEY}:0:probe\n")
     entries = ",".join(static_entry(e) for e in engines)
     return launcher.gateway("--engines", entries, "--api-keys-file", str(keys))
 
@@ -156,6 +158,19 @@ def test_api_keys_are_required_and_rate_limited(gateway: Proc) -> None:
     samples = gateway.metrics()
     assert metric_value(samples, "fleet_gateway_rate_limited_total", key="slow") >= 1
     assert KEY not in gateway.log_path.read_text() and SLOW_KEY not in gateway.log_path.read_text()
+
+
+def test_only_a_probe_key_may_mark_a_request_as_a_canary_probe(gateway: Proc) -> None:
+    body = {"model": "tiny", "prompt": "hi", "max_tokens": 1}
+    before = metric_value(gateway.metrics(), "fleet_gateway_requests_total")
+    spoofed = gateway.post("/v1/completions", body, headers={"Authorization": f"Bearer {KEY}", PROBE_HEADER: "pinned"})
+    assert spoofed.status_code == 403 and spoofed.json()["error"]["param"] == PROBE_HEADER
+    assert "probe key" in spoofed.json()["error"]["message"] and KEY not in spoofed.text
+    probe = gateway.post("/v1/completions", body, headers={"Authorization": f"Bearer {PROBE_KEY}", PROBE_HEADER: "pinned"})
+    assert probe.status_code == 200, probe.text
+    assert metric_value(gateway.metrics(), "fleet_gateway_requests_total") == before + 1  # the refusal, not the probe
+    user = gateway.post("/v1/completions", body, headers={"Authorization": f"Bearer {PROBE_KEY}"})
+    assert user.status_code == 200  # a probe key may send ordinary requests too
 
 
 # --- prefix locality and the hot-spot guard -------------------------------------------------------------------

@@ -193,6 +193,28 @@ async def test_stale_while_cut_off_then_live_again() -> None:
         assert "STALE" not in header_text(app)
 
 
+async def test_the_stale_header_counts_down_to_the_retry() -> None:
+    now = [NOW]
+    script = Script(small_fleet())
+    app = make_app(source=script, clock=lambda: now[0])
+    async with app.run_test(size=(120, 32)) as pilot:
+        await pilot.pause()
+        script.push(Disconnected(error="controller unreachable", at=NOW, retry_in_s=5.0))
+        await pilot.pause()
+        assert "), retry in 5.0s" in header_text(app)
+        now[0] = NOW + timedelta(seconds=3)
+        app.tick_countdown()  # what the app's one-second timer calls
+        await pilot.pause()
+        assert "), retry in 2.0s" in header_text(app)
+        now[0] = NOW + timedelta(seconds=9)  # overdue: the stream is trying
+        app.tick_countdown()
+        await pilot.pause()
+        assert "), retry in 0.0s" in header_text(app)
+        script.push(small_fleet(token="e2-1"))
+        await pilot.pause()
+        assert app.retry_in_s is None and "retry" not in header_text(app)
+
+
 async def test_a_stream_that_fails_for_good_reads_stale_with_why() -> None:
     async def refused() -> AsyncIterator[Any]:
         yield small_fleet()
