@@ -248,7 +248,7 @@ def misroute(bench: Bench, to: str, fraction: float, limit_s: float, label: str,
         for event in bench.alerts_since(first):
             if names_class(event, to):
                 seen.setdefault("any", (time.monotonic(), event))
-            if event.kind == "production" and to in event.message:
+            if event.kind == "production" and names_class(event, to):
                 seen.setdefault("production", (time.monotonic(), event))
         return "production" in seen
 

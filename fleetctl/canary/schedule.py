@@ -44,7 +44,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-
 from typing import Literal
 
 from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey, StreamState
@@ -210,14 +209,18 @@ def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
             found.append(Stream(StreamKey(target.model, "production"), target.production, params.production_interval_s,
                                 params.floor_interval_s))
         for ref, prompts in live.items():
-            conditions = revision_conditions(target, ref, params)
-            floor_s = params.floor_interval_s * len(conditions)
-            for condition in conditions:
-                key = StreamKey(target.model, "pinned", ref, condition)
+            keys = revision_keys(target, ref, params)
+            floor_s = params.floor_interval_s * len(keys)
+            for key in keys:
                 urgent = snapshot.urgent.get(key)
                 interval = min(params.urgent_interval_s, params.pinned_interval_s) if urgent else params.pinned_interval_s
                 found.append(Stream(key, prompts, interval, floor_s, urgent))
     return sorted(found, key=lambda s: _order_key(s.key))
+
+
+def revision_keys(target: ModelTargets, ref: str, params: ScheduleParams) -> list[StreamKey]:
+    """The pinned streams of revision `ref`: one per batch condition it is probed at."""
+    return [StreamKey(target.model, "pinned", ref, c) for c in revision_conditions(target, ref, params)]
 
 
 def stream_urgency(state: StreamState | None, min_probes: int, bad_engine: str | None = None) -> Urgency | None:
@@ -271,15 +274,19 @@ def fit_factor(group: Sequence[Stream], allowed: float) -> float:
     """The least stretch (>= 1) at which the streams cost at most `allowed` tokens/s: 1 when they fit as
     configured, inf when only their floors fit (or not even those). The cost falls as the factor grows until
     every stream is at its floor, so bisection finds it."""
-    if cost(group, 1.0) <= allowed:
+    rated = [(mean_probe_tokens(s), s) for s in group]  # once: the bisection costs the group many times
+
+    def cost_at(factor: float) -> float:
+        return sum(tokens / effective_interval(s.interval_s, factor, s.floor_s) for tokens, s in rated)
+
+    if cost_at(1.0) <= allowed:
         return 1.0
-    floor = cost(group, math.inf)
-    if allowed <= floor * (1 + 1e-12):
+    if allowed <= cost_at(math.inf) * (1 + 1e-12):
         return math.inf
     low, high = 1.0, max(s.floor_s / s.interval_s for s in group)  # at `high` every stream is at its floor
     for _ in range(FIT_STEPS):
         mid = (low + high) / 2
-        if cost(group, mid) <= allowed:
+        if cost_at(mid) <= allowed:
             high = mid
         else:
             low = mid

@@ -56,7 +56,7 @@ from fleetctl.canary.schedule import (
     next_index_after,
     plan,
     probe_tokens,
-    revision_conditions,
+    revision_keys,
     seconds_to_next_due,
     stream_urgency,
 )
@@ -389,9 +389,8 @@ def urgent_streams(session: Session, models: Sequence[ModelTargets], params: Sch
     """The pinned streams of `models` that are urgent (schedule.stream_urgency), from their stored states; a
     suspect one with the engine of its latest bad probe (among the probes it keeps as evidence)."""
     states = dict(load_streams(session))
-    wanted = [StreamKey(target.model, "pinned", ref, condition)
-              for target in models for ref, prompts in target.revisions.items() if prompts
-              for condition in revision_conditions(target, ref, params)]
+    wanted = [key for target in models for ref, prompts in target.revisions.items() if prompts
+              for key in revision_keys(target, ref, params)]
     found = {key: stream_urgency(states.get(key), min_probes) for key in wanted}
     suspect = [key for key, urgency in found.items() if urgency is not None and urgency.reason == "suspect"]
     window = probes_by_id(session, [i for key in suspect for i in states[key].recent])

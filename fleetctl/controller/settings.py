@@ -33,7 +33,8 @@ ENV_VARS = {
 # passes its environment on to the controller, which is how the demo compresses the probe intervals.
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
-    "canary_floor_interval_s", "canary_urgent_interval_s", "canary_production_share", "canary_false_alarm_days", "canary_shift", "canary_min_probes",
+    "canary_floor_interval_s", "canary_urgent_interval_s", "canary_production_share", "canary_false_alarm_days",
+    "canary_shift", "canary_min_probes",
     "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url", "canary_batch_conditions")})
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "watch_tick_s", "watch_ping_s", "watch_history_mib", "watch_events", "replica_name")})

@@ -137,9 +137,10 @@ class KeyRing:
             raise Unauthorized("invalid API key")
         return found
 
-    def may_probe(self, name: str | None) -> bool:
-        """Whether the key called `name` may send canary probes; on an open gateway anyone may."""
-        return self.open or any(key.name == name and key.probes for key in self._keys)
+    def may_probe(self, key: ClientKey | None) -> bool:
+        """Whether the caller (its identified key; None on an open gateway) may send canary probes; on an open
+        gateway anyone may."""
+        return self.open or (key is not None and key.probes)
 
     @staticmethod
     def throttle(key: ClientKey) -> None:

@@ -28,7 +28,7 @@ from engine.contract.faults import PROBE_HEADER
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway import openapi
-from fleetctl.gateway.api_keys import KeyRing, load_key_ring
+from fleetctl.gateway.api_keys import ClientKey, KeyRing, load_key_ring
 from fleetctl.gateway.dispatch import RequestContext
 from fleetctl.gateway.errors import Forbidden, GatewayError, TooManyRequests
 from fleetctl.gateway.frontdoor import FrontDoor, error_response
@@ -149,7 +149,7 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
     def door() -> FrontDoor:
         return state["door"]
 
-    def authorize(request: Request, ctx: RequestContext | None = None) -> str | None:
+    def authorize(request: Request, ctx: RequestContext | None = None) -> ClientKey | None:
         if keys.open:
             return None
         key = keys.identify(request.headers.get("authorization"))
@@ -160,10 +160,11 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
         except TooManyRequests:
             metrics.rate_limited.labels(key.name).inc()
             raise
-        return key.name
+        return key
 
     async def client_key(request: Request) -> str | None:
-        return authorize(request)
+        key = authorize(request)
+        return key.name if key is not None else None
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -173,8 +174,8 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
         ctx = RequestContext(request.state.request_id)
         try:
             probe = probe_kind(request.headers)
-            authorize(request, ctx)
-            if probe is not None and not keys.may_probe(ctx.key_name):  # a refused one counts as user traffic
+            key = authorize(request, ctx)
+            if probe is not None and not keys.may_probe(key):  # a refused one counts as user traffic
                 raise Forbidden(f"{PROBE_HEADER} needs a probe key (a key line ending in ':probe'); "
                                 f"key {ctx.key_name!r} is not one", param=PROBE_HEADER)
             ctx.probe = probe

@@ -28,7 +28,8 @@ def test_a_key_line_ending_in_probe_makes_a_probe_key_and_only_it_may_probe() ->
     keys = parse_key_lines(["canary:sk-p:0:probe", "team:sk-t:3"], "keys.txt")
     assert keys == [KeySpec("canary", "sk-p", 0.0, True), KeySpec("team", "sk-t", 3.0, False)]
     ring = KeyRing(keys)
-    assert ring.may_probe("canary") and not ring.may_probe("team") and not ring.may_probe(None)
+    canary, team = ring.identify("Bearer sk-p"), ring.identify("Bearer sk-t")
+    assert ring.may_probe(canary) and not ring.may_probe(team) and not ring.may_probe(None)
     assert KeyRing([]).may_probe(None)  # an open gateway cannot tell callers apart
 
 
