@@ -8,9 +8,12 @@ probes out of user metrics), `x-fleet-pin-class` when pinned, and the caller's (
 answer: the tokens and top-k logprobs, the text, the usage, `x-fleet-served-by` ("<class_ref> <engine>") and
 the engine's batch-size report (`{"fleet": {"batch_size_max"}}`; None where the engine does not send it).
 
-Batch conditions: with `fillers` > 0, that many streamed filler requests with the same prompt and the same pin
-go first (prefix-cache locality sends them to the engine that will serve the probe), sampling at temperature
-1.0 with a seed and twice the probe's max_tokens, so they are still decoding while the probe runs. The probe
+Batch conditions: with `fillers` > 0, that many streamed filler requests with the same pin go first, sampling
+at temperature 1.0 with a seed and twice the probe's max_tokens, so they are still decoding while the probe
+runs. With an engine pinned (`x-fleet-pin-engine`, how the controller's probes go) a filler is a completion of a
+few tokens (FILLER_PROMPT) on that engine: what makes the batch is its row, not its prompt, and a short one
+costs a few tokens instead of the golden prompt's tens. Without one (nothing else pins the engine) a filler
+repeats the probe's prompt, so prefix-cache locality sends it to the engine that will serve the probe. The probe
 is sent once each filler has streamed its first token, and the fillers are cancelled when it returns (closing
 a stream aborts the request on the engine). Fillers are marked `x-fleet-probe: filler`.
 
@@ -40,6 +43,7 @@ from fleetctl.errors import FleetError
 PIN_HEADER = "x-fleet-pin-class"
 SERVED_BY_HEADER = "x-fleet-served-by"
 FILLER = "filler"  # the x-fleet-probe value of a filler request
+FILLER_PROMPT = "1, 2, 3,"  # an engine-pinned filler's prompt: a few tokens (schedule.FILLER_PROMPT_TOKENS)
 TOKEN_ID_PREFIX = "token_id:"
 
 ProbeFailure = Literal["status", "timeout", "unreachable", "malformed", "filler"]
@@ -70,7 +74,8 @@ async def send_probe(client: httpx.AsyncClient, gateway_url: str, model: str, pr
     try:
         with _transport_errors(what, gateway_url, timeout_s):
             async with asyncio.timeout(timeout_s):
-                async with _fillers_running(client, url, model, prompt, fillers, base, what):
+                async with _fillers_running(client, gateway_url, model, prompt, fillers, base, what,
+                                            short=engine is not None):
                     started = time.monotonic()
                     response = await client.post(url, json=probe_body(model, prompt),
                                                  headers={**base, PROBE_HEADER: kind}, timeout=timeout_s)
@@ -118,16 +123,23 @@ def probe_body(model: str, prompt: GoldenPrompt) -> dict[str, Any]:
     return body
 
 
-def filler_body(model: str, prompt: GoldenPrompt, index: int) -> dict[str, Any]:
-    """A filler: the same prompt (so it lands on the same engine), sampled, streamed, and long enough to be
-    decoding for as long as the probe is (2 x its max_tokens + 16, never stopping early at EOS)."""
+def filler_body(model: str, prompt: GoldenPrompt, index: int, *, short: bool = False) -> dict[str, Any]:
+    """A filler: sampled, streamed, and long enough to be decoding for as long as the probe is (2 x its
+    max_tokens + 16, never stopping early at EOS). `short` (its engine pinned): a completion of FILLER_PROMPT;
+    otherwise the probe's own prompt, so that it lands on the probe's engine."""
     body: dict[str, Any] = {"model": model, "temperature": 1.0, "seed": index + 1, "stream": True,
                             "max_tokens": 2 * prompt.sampling.max_tokens + 16, "ignore_eos": True}
-    if prompt.messages is not None:
+    if short:
+        body["prompt"] = FILLER_PROMPT
+    elif prompt.messages is not None:
         body["messages"] = prompt.messages
     else:
         body["prompt"] = prompt.prompt
     return body
+
+
+def filler_path(prompt: GoldenPrompt, *, short: bool) -> str:
+    return "/v1/completions" if short else endpoint_path(prompt)
 
 
 # --- reading the answer -----------------------------------------------------------------------------------------
@@ -205,15 +217,17 @@ def _error_message(response: httpx.Response) -> str:
 # --- fillers ----------------------------------------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def _fillers_running(client: httpx.AsyncClient, url: str, model: str, prompt: GoldenPrompt, count: int,
-                           headers: dict[str, str], what: str) -> AsyncIterator[None]:
+async def _fillers_running(client: httpx.AsyncClient, gateway_url: str, model: str, prompt: GoldenPrompt,
+                           count: int, headers: dict[str, str], what: str, *, short: bool) -> AsyncIterator[None]:
     """`count` streamed fillers, each decoding, while the body runs; cancelled afterwards."""
     if count <= 0:
         yield
         return
+    url = gateway_url.rstrip("/") + filler_path(prompt, short=short)
     started = [asyncio.Event() for _ in range(count)]
-    tasks = [asyncio.create_task(_filler(client, url, filler_body(model, prompt, i), {**headers, PROBE_HEADER: FILLER},
-                                         started[i]), name=f"canary-filler-{i}") for i in range(count)]
+    tasks = [asyncio.create_task(_filler(client, url, filler_body(model, prompt, i, short=short),
+                                         {**headers, PROBE_HEADER: FILLER}, started[i]), name=f"canary-filler-{i}")
+             for i in range(count)]
     try:
         await _all_started(tasks, started, what)
         yield

@@ -23,12 +23,12 @@ reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would 
 intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
 with it. The floor comes first: every live revision gets at least one pinned probe per `floor_interval_s`
 (its batch conditions in turn, so each condition's stream at most len(conditions) x floor_interval_s apart),
-every model a production probe per `floor_interval_s`, and what that costs is set aside. The urgent streams
-come next, stretched (up to their floor) to fit what is left. The production streams and the other pinned
-streams share the rest: when both fit, nothing stretches; otherwise the production streams get what the
-pinned ones leave, but at least `production_share` of it, and each side stretches (never beyond its floor)
-to fit its part. So probes stay within the budget whenever the budget can pay for the floor; when it cannot
-(an idle fleet, no capacity measured, or one too small for its revisions), the floor is spent anyway, since
+every model a production probe per `floor_interval_s`, and what that costs is set aside. The production streams
+(the mixture users get, the only path that sees a misroute) get at least `production_share` of what is left,
+and all they want when the others leave room; the urgent streams get the rest first, stretched (up to their
+floor) to fit it, and the other pinned streams what the urgent ones leave. So probes stay within the budget
+whenever the budget can pay for the floor; when it cannot (an idle fleet, no capacity measured, or one too
+small for its revisions), the floor is spent anyway, since
 idle capacity costs nobody anything and a revision at a thin rollout step must still be measured. The
 factors follow from the expected cost, not from the measured rate, so they do not swing between "all" and
 "none" as a measured window fills and empties; the measured rate is what `BudgetState.share` reports
@@ -49,7 +49,8 @@ from typing import Literal
 from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey, StreamState
 
 FIT_STEPS = 60  # bisection steps of fit_factor (the factor to about 1e-18 of its range)
-FILLER_EXTRA_TOKENS = 16  # a filler asks for 2 x the probe's max_tokens + this (probe_client), so it outlasts it
+FILLER_EXTRA_TOKENS = 16  # what a filler decodes besides the probe's completion: before the probe starts, and after
+FILLER_PROMPT_TOKENS = 8  # an engine-pinned filler's prompt (probe_client.FILLER_PROMPT), rounded up
 CHAT_MESSAGE_TOKENS = 8  # what a chat template adds per message, roughly (for the estimate below)
 
 
@@ -114,7 +115,7 @@ class ScheduleParams:
     concurrency: int
     conditions: tuple[int, ...] = BATCH_CONDITIONS
     urgent_interval_s: float = 15.0  # an urgent pinned stream's interval, before the budget stretches it
-    production_share: float = 0.5  # the production streams' least part of what the floor and urgency leave
+    production_share: float = 0.8  # the production streams' least part of what the floor leaves, when others want it
 
 
 @dataclass(frozen=True)
@@ -169,16 +170,17 @@ class Stream:
 
 # --- costs ---------------------------------------------------------------------------------------------------
 
-def filler_tokens(prompt_tokens: int, completion_tokens: int) -> int:
-    """What one filler costs at most: the prompt, and up to 2 x the probe's completion + 16 tokens (fillers
-    are cancelled when the probe ends, so this is an upper bound)."""
-    return prompt_tokens + 2 * completion_tokens + FILLER_EXTRA_TOKENS
+def filler_tokens(completion_tokens: int) -> int:
+    """What one filler costs: its short prompt (pinned probes pin the engine, so the fillers need not repeat the
+    golden prompt) and about as many tokens as the probe decodes, since it starts decoding just before the probe
+    and is cancelled when the probe returns (its max_tokens is only a ceiling that keeps it going)."""
+    return FILLER_PROMPT_TOKENS + completion_tokens + FILLER_EXTRA_TOKENS
 
 
 def probe_tokens(prompt_tokens: int, completion_tokens: int, fillers: int) -> int:
     """A probe's cost with its fillers: the planned cost (max_tokens as the completion) or, from a stored
     probe's counts, what it cost (its fillers estimated as above)."""
-    return prompt_tokens + completion_tokens + fillers * filler_tokens(prompt_tokens, completion_tokens)
+    return prompt_tokens + completion_tokens + fillers * filler_tokens(completion_tokens)
 
 
 def estimate_prompt_tokens(prompt: GoldenPrompt) -> int:
@@ -238,8 +240,8 @@ def stream_urgency(state: StreamState | None, min_probes: int, bad_engine: str |
 
 
 def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetState:
-    """The floor first, then the urgent streams, then the production and the other pinned streams share what
-    is left (the production streams at least `production_share` of it when both want more)."""
+    """The floor first; then the production streams get at least `production_share` of what is left (all they
+    want when the others leave room); the urgent streams come next, and the other pinned streams last."""
     capacity = snapshot.busy_capacity
     recent_rate = snapshot.spent_tokens / params.budget_window_s
     share = recent_rate / capacity if capacity > 0 else 0.0
@@ -249,17 +251,15 @@ def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetSt
     urgent = [s for s in found if s.urgent is not None]
     pinned = [s for s in found if s.key.kind != "production" and s.urgent is None]
     left = allowed - sum(cost(group, math.inf) for group in (production, urgent, pinned))
+    wanted = {name: cost(group, 1.0) - cost(group, math.inf)
+              for name, group in (("production", production), ("urgent", urgent), ("pinned", pinned))}
+    others = wanted["urgent"] + wanted["pinned"]
+    production_part = max(0.0, min(wanted["production"], max(params.production_share * left, left - others)))
+    factor = fit_factor(production, cost(production, math.inf) + production_part)
+    left -= production_part
     urgent_factor = fit_factor(urgent, cost(urgent, math.inf) + max(left, 0.0))
     left -= cost(urgent, urgent_factor) - cost(urgent, math.inf)
-    wanted_production = cost(production, 1.0) - cost(production, math.inf)
-    wanted_pinned = cost(pinned, 1.0) - cost(pinned, math.inf)
-    if wanted_production + wanted_pinned <= left:
-        production_part = wanted_production
-    else:
-        production_part = min(wanted_production, max(params.production_share * left, left - wanted_pinned))
-    production_part = max(production_part, 0.0)
-    factor = fit_factor(production, cost(production, math.inf) + production_part)
-    pinned_factor = fit_factor(pinned, cost(pinned, math.inf) + max(left - production_part, 0.0))
+    pinned_factor = fit_factor(pinned, cost(pinned, math.inf) + max(left, 0.0))
     return BudgetState(share=share, allowed=allowed, factor=factor, demand=cost(found, 1.0),
                        pinned_factor=pinned_factor, urgent_factor=urgent_factor,
                        urgent=frozenset(s.key for s in urgent))
@@ -279,7 +279,7 @@ def fit_factor(group: Sequence[Stream], allowed: float) -> float:
     def cost_at(factor: float) -> float:
         return sum(tokens / effective_interval(s.interval_s, factor, s.floor_s) for tokens, s in rated)
 
-    if cost_at(1.0) <= allowed:
+    if cost_at(1.0) <= allowed * (1 + 1e-12):  # what others leave it can differ from its cost by a rounding
         return 1.0
     if allowed <= cost_at(math.inf) * (1 + 1e-12):
         return math.inf

@@ -9,13 +9,16 @@ revision from the controller, loads and validates the golden set (FILE, or the n
 `smollm2`, `tiny`), counts each prompt's tokens with the gateway (its route explanation, pinned to the
 revision: the count the serving path makes, chat template included) and checks the set against the class
 (its model, its context window). Only then does it store the golden set, send each prompt `--repetitions`
-times at every batch condition pinned to the revision (progress on stderr), and store the reference. A bad
+times at every batch condition pinned to the revision, walking its ready engines (progress on stderr), and
+store the reference. A bad
 file is one line naming the entry and exit 2, with nothing stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,6 +37,7 @@ from fleetctl.cli.canary_app import app
 from fleetctl.cli.context import ReasonOption, client
 from fleetctl.cli.gateway_cmd import DEFAULT_GATEWAY, GATEWAY_ENV, GATEWAY_KEY_ENV
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
+from fleetctl.controller.responses import EngineView
 from fleetctl.errors import ValidationFailed
 from fleetctl.replica_class import ReplicaClassSpec, correctness_digest
 
@@ -80,8 +84,9 @@ def record(
     check_against_class(golden_set, spec, spec.model, counts, source=path.name)
     stored = api.put_golden_set(golden_set.model_dump(mode="json"), reason=reason)
     status(f"golden set {stored.name} v{stored.version}: {stored.result} ({stored.prompts} prompts)")
+    engines = ready_engines(api.list_engines(), ref)
     reference = asyncio.run(_record(gateway, golden_set, ref, correctness_digest(spec), headers, repetitions,
-                                    batch_conditions, timeout_s))
+                                    batch_conditions, timeout_s, engines))
     summary = api.put_reference(reference.model_dump(mode="json"), reason=reason)
     report = record_report(reference, golden_set, summary.model_dump(mode="json"))
     if output is Format.table:
@@ -127,6 +132,11 @@ def golden_path(text: str) -> Path:
         return shipped_golden(text)
     except GoldenSetError:
         return path  # load_golden says the file cannot be read
+
+
+def ready_engines(engines: Sequence[EngineView], ref: str) -> list[str]:
+    """The names of `ref`'s ready, undrained engines, sorted (as the controller's probes walk them)."""
+    return sorted(e.name for e in engines if e.class_ref == ref and e.state == "ready" and not e.drain)
 
 
 def parse_conditions(text: str) -> list[int]:
@@ -217,12 +227,16 @@ async def _count_tokens(gateway: str, golden_set: GoldenSet, ref: str, headers: 
 
 
 async def _record(gateway: str, golden_set: GoldenSet, ref: str, digest: str, headers: dict[str, str],
-                  repetitions: int, conditions: list[int], timeout_s: float) -> Reference:
+                  repetitions: int, conditions: list[int], timeout_s: float, engines: list[str]) -> Reference:
+    """Each run pinned to the revision's engines in turn, as the controller's pinned probes are (so the noise
+    recorded is the class's across its engines, and the fillers are the short ones the probes use)."""
     limits = httpx.Limits(max_connections=max(conditions) + 4)
+    runs = itertools.count()
     async with httpx.AsyncClient(limits=limits) as http:
         async def send(prompt: GoldenPrompt, fillers: int) -> ProbeOutput:
+            engine = engines[next(runs) % len(engines)] if engines else None
             return await send_probe(http, gateway, golden_set.model, prompt, kind="pinned", pin=ref, fillers=fillers,
-                                    headers=headers, timeout_s=timeout_s)
+                                    engine=engine, headers=headers, timeout_s=timeout_s)
 
         return await record_reference(send, golden_set, ref, digest, repetitions=repetitions, conditions=conditions,
                                       recorded_by="fleetctl canary record", now=datetime.now(timezone.utc),

@@ -92,11 +92,11 @@ class ControllerSettings(BaseModel):
     canary_urgent_interval_s: float = Field(
         default=15.0, gt=0, description="seconds between pinned probes of an urgent stream: one warming up (fewer "
         "than canary_min_probes scored probes: a new revision) or suspect (bad probes not yet explained away, or "
-        "an alarm in force; pinned to the engine that served the latest bad one); funded from the budget right "
-        "after the floor")
+        "an alarm in force; pinned to the engine that served the latest bad one); funded from what the floor and "
+        "the production streams leave, before the other pinned streams")
     canary_production_share: float = Field(
-        default=0.5, ge=0, le=1, description="when the production and the pinned streams both want more than the "
-        "floor and the urgent streams leave, the production streams get at least this share of it")
+        default=0.8, ge=0, le=1, description="the production streams' least share of the budget the floor leaves "
+        "when the pinned streams want more of it too (they get all they want when the others leave room)")
     canary_false_alarm_days: float = Field(
         default=30.0, gt=0, description="target mean time between false alarms of one stream, probing at its "
         "configured interval; the tests' thresholds follow from it")

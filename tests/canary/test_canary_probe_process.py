@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shar
 from gateway.procs import Launcher, Proc, wait_until  # noqa: E402
 
 from fleetctl.canary.golden import load_golden, parse_golden, shipped_golden  # noqa: E402
-from fleetctl.canary.probe_client import ProbeError, send_probe  # noqa: E402
+from fleetctl.canary.probe_client import FILLER_PROMPT, ProbeError, filler_body, filler_path, send_probe  # noqa: E402
 from fleetctl.canary.record import record_reference  # noqa: E402
 from fleetctl.canary.types import GoldenPrompt, ProbeOutput  # noqa: E402
 from fleetctl.cli.main import app  # noqa: E402
@@ -120,6 +120,17 @@ def test_a_production_probe_with_fillers_gets_the_same_answer(fleet: Fleet) -> N
     assert alone.class_ref == "tiny@r1" and crowded.fillers == 3
     assert crowded.tokens == alone.tokens  # the tiny model in float32 is batch-invariant
     assert crowded.batch_size is None or crowded.batch_size >= 2
+
+
+def test_an_engine_pinned_probe_batches_with_short_fillers_on_that_engine(fleet: Fleet) -> None:
+    alone = probe(fleet, CHAT, kind="pinned", pin="tiny@r1", engine="tiny-0")
+    crowded = probe(fleet, CHAT, kind="pinned", pin="tiny@r1", engine="tiny-0", fillers=3)
+    assert (crowded.engine, crowded.fillers) == ("tiny-0", 3) and crowded.tokens == alone.tokens
+    assert crowded.batch_size is not None and crowded.batch_size >= 2  # the fillers decoded beside it
+    # the short filler is a completion of a few tokens, not the golden prompt again
+    body = filler_body("tiny", CHAT, 0, short=True)
+    assert body["prompt"] == FILLER_PROMPT and "messages" not in body and filler_path(CHAT, short=True) == "/v1/completions"
+    assert filler_body("tiny", CHAT, 0)["messages"] == CHAT.messages
 
 
 def test_a_probe_pinned_to_a_class_the_model_lacks_is_a_probe_error(fleet: Fleet) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetctl.canary.schedule import (
+    FILLER_PROMPT_TOKENS,
     ModelTargets,
     PromptSlot,
     ScheduleParams,
@@ -39,7 +40,7 @@ PROMPTS = tuple(PromptSlot(GoldenPrompt(id=f"p{i}", prompt="x" * 36, sampling=Sa
                 for i in range(3))
 PARAMS = ScheduleParams(pinned_interval_s=60.0, production_interval_s=5.0, floor_interval_s=120.0, budget_share=0.02,
                         budget_window_s=300.0, concurrency=100, conditions=(1, 4), production_share=1.0)
-SPLIT = ScheduleParams(**{**PARAMS.__dict__, "production_share": 0.5})  # the default share
+SPLIT = ScheduleParams(**{**PARAMS.__dict__, "production_share": 0.8})  # the default share
 PROD = StreamKey("m", "production")
 
 
@@ -76,7 +77,8 @@ def test_every_stream_is_planned_once_when_nothing_was_sent_production_first() -
 def test_expected_tokens_count_the_fillers() -> None:
     a1, a4 = plan(snap(), PARAMS)[1:3]
     assert a1.expected_tokens == 10 + 10  # prompt + max_tokens
-    assert a4.expected_tokens == 20 + 3 * (10 + 2 * 10 + 16) == probe_tokens(10, 10, 3)
+    # a filler: its short prompt, the probe's completion and what it decodes around it (not the golden prompt)
+    assert a4.expected_tokens == 20 + 3 * (FILLER_PROMPT_TOKENS + 10 + 16) == probe_tokens(10, 10, 3)
 
 
 def test_the_flag_off_plans_nothing() -> None:
@@ -136,23 +138,26 @@ def test_prompts_rotate_per_stream() -> None:
     assert next_index_after(PROMPTS, "gone") == 0
 
 
+B4 = probe_tokens(10, 10, 3)  # a b4 probe of the 10-token prompt: 20 + 3 fillers
+
+
 def test_within_the_budget_nothing_is_stretched() -> None:
     state = budget_state(snap(busy_capacity=1e6), PARAMS)
     assert state.factor == 1.0 and state.allowed == pytest.approx(0.02e6)
-    # demand: production 20 tokens / 5 s, b1 20 / 60 s, b4 158 / 60 s
-    assert state.demand == pytest.approx(20 / 5 + 20 / 60 + 158 / 60)
+    # demand: production 20 tokens / 5 s, b1 20 / 60 s, b4 B4 / 60 s
+    assert state.demand == pytest.approx(20 / 5 + 20 / 60 + B4 / 60)
 
 
-PINNED_AT_FLOOR = (20 + 158) / 240  # tokens/s: a pinned stream's floor is 2 conditions x 120 s
+PINNED_AT_FLOOR = (20 + B4) / 240  # tokens/s: a pinned stream's floor is 2 conditions x 120 s
 
 
 def test_over_the_budget_the_pinned_streams_stretch_to_fit_what_the_production_stream_leaves() -> None:
-    production, pinned_demand = 20 / 5, 20 / 60 + 158 / 60
+    production, pinned_demand = 20 / 5, 20 / 60 + B4 / 60
     capacity = (production + pinned_demand / 3) / 0.02  # the production stream fits; the pinned ones 3x over the rest
     state = budget_state(snap(busy_capacity=capacity), PARAMS)
     assert (state.factor, state.pinned_factor) == (1.0, pytest.approx(3.0))
     # production: every 5 s as configured; pinned: 60 s -> 180 s (inside their 240 s floor)
-    history = {PROD: ago(5.01), pinned(A, 1): ago(179), pinned(A, 4): ago(180)}
+    history = {PROD: ago(5.01), pinned(A, 1): ago(179), pinned(A, 4): ago(180.01)}
     assert keys(plan(snap(busy_capacity=capacity, streams=history), PARAMS)) == [PROD, pinned(A, 4)]
 
 
@@ -187,49 +192,63 @@ def test_probes_stay_within_the_budget_whenever_it_can_pay_for_the_floor(revisio
     assert planned_rate(floor_cost / 2 / 0.02, revisions, params, urgent) == pytest.approx(floor_cost)
 
 
-def test_with_the_default_share_the_production_stream_gets_half_of_what_is_left_when_both_want_more() -> None:
+def test_with_the_default_share_the_production_stream_gets_80_percent_of_what_is_left_when_both_want_more() -> None:
     floor = PINNED_AT_FLOOR + 20 / 120
-    left = 2.0  # tokens/s beyond the floor; production wants 4 - 1/6, the pinned streams 178/60 - 178/240
+    left = 2.0  # tokens/s beyond the floor; production wants 4 - 1/6, the pinned streams (20 + B4) (1/60 - 1/240)
     state = budget_state(snap(busy_capacity=(floor + left) / 0.02), SPLIT)
     streams_ = streams(snap(), SPLIT)
     production = [s for s in streams_ if s.key == PROD]
     pinned_ = [s for s in streams_ if s.key != PROD]
-    assert cost(production, state.factor) == pytest.approx(20 / 120 + left / 2)
-    assert cost(pinned_, state.pinned_factor) == pytest.approx(PINNED_AT_FLOOR + left / 2)
-    # what one side does not want goes to the other: pinned streams that want less than half leave the rest
+    assert cost(production, state.factor) == pytest.approx(20 / 120 + 0.8 * left)
+    assert cost(pinned_, state.pinned_factor) == pytest.approx(PINNED_AT_FLOOR + 0.2 * left)
+    # what one side does not want goes to the other: pinned streams that want less than 20% leave the rest
     tiny = (PromptSlot(GoldenPrompt(id="t", prompt="x", sampling=Sampling(max_tokens=1)), 1),)
-    state = budget_state(snap({A: tiny}, busy_capacity=(floor + left) / 0.02), SPLIT)
+    alone = ScheduleParams(**{**SPLIT.__dict__, "conditions": (1,)})  # a b1 stream of it alone: no fillers
+    state = budget_state(snap({A: tiny}, busy_capacity=(floor + left) / 0.02), alone)
     assert state.pinned_factor == 1.0 and 1.0 < state.factor < math.inf
 
 
 def test_fit_factor_finds_the_least_stretch_that_fits() -> None:
-    group = [s for s in streams(snap(), PARAMS) if s.key != PROD]  # 178 tokens / 60 s, floors 240 s
+    group = [s for s in streams(snap(), PARAMS) if s.key != PROD]  # 20 + B4 tokens / 60 s, floors 240 s
     assert fit_factor(group, 10.0) == 1.0
-    assert fit_factor(group, 178 / 120) == pytest.approx(2.0)
+    assert fit_factor(group, (20 + B4) / 120) == pytest.approx(2.0)
     assert fit_factor(group, PINNED_AT_FLOOR) == math.inf and fit_factor([], 0.0) == 1.0
 
 
 URGENT_B4 = {pinned(A, 4): Urgency("suspect", "e2")}
 
 
-def test_an_urgent_stream_asks_for_its_urgent_interval_and_is_funded_before_the_production_stream() -> None:
+PRODUCTION_WANTS = 20 / 5 - 20 / 120  # tokens/s the production stream wants beyond its floor
+
+
+def test_an_urgent_stream_asks_for_its_urgent_interval_and_is_funded_after_the_production_stream() -> None:
     found = {s.key: s for s in streams(snap(urgent=URGENT_B4), PARAMS)}
     assert found[pinned(A, 4)].interval_s == 15.0 and found[pinned(A, 4)].floor_s == 240.0
     assert found[pinned(A, 1)].interval_s == 60.0 and found[pinned(A, 1)].urgent is None
-    # the budget pays the floor and the b4 stream's 158 tokens / 15 s; the production stream gets the rest
-    capacity = (PINNED_AT_FLOOR + 20 / 120 + 158 / 15 - 158 / 240 + 1.0) / 0.02
+    # the budget pays the floor, the production stream's 5 s, the b4 stream's B4 tokens / 15 s, and 0.1 more
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + PRODUCTION_WANTS + B4 / 15 - B4 / 240 + 0.1) / 0.02
     state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), PARAMS)
-    assert state.urgent_factor == 1.0 and state.urgent == frozenset(URGENT_B4)
-    assert state.factor > 1.0 and state.pinned_factor == math.inf  # production: 1/6 + 1 tokens/s of its 4
+    assert state.factor == 1.0 and state.urgent_factor == 1.0 and state.urgent == frozenset(URGENT_B4)
+    assert 1.0 < state.pinned_factor < math.inf  # the b1 stream: the 0.1 tokens/s of the 0.25 it wants
     history = {PROD: ago(1), pinned(A, 1): ago(1), pinned(A, 4): ago(15.01)}
     assert keys(plan(snap(busy_capacity=capacity, urgent=URGENT_B4, streams=history), PARAMS)) == [pinned(A, 4)]
 
 
 def test_urgent_streams_stretch_toward_their_floor_when_the_budget_is_short() -> None:
-    capacity = (PINNED_AT_FLOOR + 20 / 120 + 158 / 30 - 158 / 240) / 0.02  # pays the b4 stream every 30 s
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + PRODUCTION_WANTS + B4 / 30 - B4 / 240) / 0.02  # b4 every 30 s
     state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), PARAMS)
-    assert state.urgent_factor == pytest.approx(2.0) and state.factor == math.inf
+    assert state.factor == 1.0 and state.urgent_factor == pytest.approx(2.0) and state.pinned_factor == math.inf
     assert budget_state(snap(busy_capacity=0.0, urgent=URGENT_B4), PARAMS).urgent_factor == math.inf
+
+
+def test_at_the_default_share_urgent_streams_keep_a_fifth_of_what_the_floor_leaves() -> None:
+    left = 2.0  # beyond the floor: the production stream wants 3.83, the urgent b4 stream (B4/15 - B4/240)
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + left) / 0.02
+    state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), SPLIT)
+    found = streams(snap(urgent=URGENT_B4), SPLIT)
+    urgent = [s for s in found if s.key == pinned(A, 4)]
+    assert cost(urgent, state.urgent_factor) == pytest.approx(B4 / 240 + 0.2 * left)
+    assert 1.0 < state.factor < math.inf and state.pinned_factor == math.inf
 
 
 def test_a_suspect_stream_is_pinned_to_the_engine_of_its_bad_probe_while_it_is_ready() -> None:

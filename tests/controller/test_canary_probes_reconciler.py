@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_helpers import MODEL, R1, R2, Agent, served_by_r1
 from sqlalchemy import select
 
-from fleetctl.canary.schedule import budget_state
+from fleetctl.canary.schedule import FILLER_EXTRA_TOKENS, FILLER_PROMPT_TOKENS, budget_state
 from fleetctl.canary.types import (
     ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling, StreamKey,
 )
@@ -151,6 +151,9 @@ def metric_samples(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+FILLER = FILLER_PROMPT_TOKENS + 3 + FILLER_EXTRA_TOKENS  # a filler's cost beside a probe of 3 tokens
+
+
 def test_every_stream_of_a_live_revision_is_probed_scored_and_stored(fleet: tuple[Api, NetworkStandIn]) -> None:
     api, stand_in = fleet
     agent = served_by_r1(api)
@@ -169,9 +172,9 @@ def test_every_stream_of_a_live_revision_is_probed_scored_and_stored(fleet: tupl
     samples = metric_samples(api)
     assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "ok")))] == 4
     assert samples[("fleet_canary_probes_total", (("kind", "production"), ("model", MODEL), ("result", "ok")))] == 1
-    # production: 7 + 3; pinned b1 10, b4 10 + 3 x (7 + 6 + 16), ...
+    # production: 7 + 3; pinned b1 10, b4 10 + 3 fillers x (8 + 3 + 16): a short prompt, the completion and more
     assert samples[("fleet_canary_probe_tokens_total", (("kind", "production"), ("model", MODEL)))] == 10
-    assert samples[("fleet_canary_probe_tokens_total", (("kind", "pinned"), ("model", MODEL)))] == 40 + 29 * (3 + 7 + 15)
+    assert samples[("fleet_canary_probe_tokens_total", (("kind", "pinned"), ("model", MODEL)))] == 40 + (3 + 7 + 15) * FILLER
 
 
 def test_the_next_round_takes_the_next_prompt(fleet: tuple[Api, NetworkStandIn]) -> None:
@@ -292,7 +295,7 @@ def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exp
     elapse(api, agent, 55)
     later = probe_round(api)[len(first) + 1:]
     assert sorted(r["kind"] for r in later) == ["pinned"] * 4 + ["production"]
-    spent = 10 + 10 + (40 + 29 * 25)  # two production probes, one pinned round, within the budget window
+    spent = 10 + 10 + (40 + 25 * FILLER)  # two production probes, one pinned round, within the budget window
     share = metric_samples(api)[("fleet_canary_probe_share", ())]
     assert share == pytest.approx(spent / 300 / 200_000)
 
