@@ -73,6 +73,18 @@ def drain_engine(node: str, name: str) -> Action:
                   done=lambda _: f"engine {name}: draining")
 
 
+def cordon_engine(node: str, name: str) -> Action:
+    return Action(f"Cordon engine {name} on {node}", _command("engine", "cordon", name, "--no-wait", "--yes"),
+                  lambda client, reason: client.cordon_engine(name, reason),
+                  done=lambda result: f"engine {name}: cordoned, no new requests" + _already(result))
+
+
+def uncordon_engine(node: str, name: str) -> Action:
+    return Action(f"Uncordon engine {name} on {node}", _command("engine", "uncordon", name, "--no-wait"),
+                  lambda client, reason: client.uncordon_engine(name, reason), destructive=False,
+                  done=lambda result: f"engine {name}: in traffic" + _already(result))
+
+
 def _already(result: Any) -> str:
     return " (already)" if getattr(result, "result", None) == "unchanged" else ""
 

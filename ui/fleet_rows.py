@@ -50,6 +50,7 @@ FIELD_ATTRIBUTES = {"node": "node", "engine": "engine", "model": "model", "role"
 # Row tones (the table colours them; ui/fleet.tcss): failed or node down, draining, starting, drifted, stopped.
 ERROR, DRAINING, PENDING, DRIFTED, STOPPED, NORMAL = "error", "draining", "pending", "drifted", "stopped", ""
 CORDONED = "⊘"  # after a cordoned node's name
+CORDONED_STATE = "cordoned"  # a ready engine held out of traffic (engine cordon)
 
 
 def natural(text: str) -> tuple[Any, ...]:
@@ -65,7 +66,7 @@ class FleetRow:
     model: str
     role: str
     class_ref: str
-    state: str  # the engine's state; "node down" when its node is down, "draining" once marked
+    state: str  # the engine's state; "node down" when its node is down, "draining" once marked, "cordoned"
     tone: str
     cordoned: bool
     drift: tuple[str, ...]  # fields that differ from the class revision
@@ -108,6 +109,8 @@ def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None,
         state = "node down"
     elif raw.get("drain") and state in ("ready", "starting", "pending"):
         state = "draining"
+    elif raw.get("cordoned") and state == "ready":
+        state = CORDONED_STATE
     entries = raw.get("drift")
     drift = tuple(dict.fromkeys(str(d.get("field")) for d in entries)) if entries else ()
     return FleetRow(
@@ -135,7 +138,7 @@ def node_row(name: str, node: Mapping[str, Any]) -> FleetRow:
 def _tone(state: str, drifted: bool, node: Mapping[str, Any] | None) -> str:
     if state in ("failed", "node down", "down"):
         return ERROR
-    if state == "draining" or (node is not None and node.get("draining")):
+    if state in ("draining", CORDONED_STATE) or (node is not None and node.get("draining")):
         return DRAINING
     if state in ("pending", "starting"):
         return PENDING

@@ -1,4 +1,9 @@
-"""`fleetctl engine list|show|drain`."""
+"""`fleetctl engine list|show|drain|cordon|uncordon`.
+
+`cordon` holds an engine out of traffic while it keeps running (and counting as a replica): the gateways send
+it no new request. It waits until every live gateway has applied the change (the routing generation the
+controller returned), unless --no-wait. `drain` stops the engine and places a replacement.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,17 @@ import typer
 
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.node_cmd import NoWaitOption, TimeoutOption
-from fleetctl.cli.output import DetailOutputOption, Format, OutputOption, emit, status
+from fleetctl.cli.output import DetailOutputOption, Format, OutputOption, emit, status, to_plain
 from fleetctl.cli.progress import wait_drained
 from fleetctl.cli.status_cmd import ENGINE_COLUMNS
+from fleetctl.cli.traffic_cmd import wait_applied
 from fleetctl.client import ControllerClient
-from fleetctl.controller.responses import EngineView
+from fleetctl.controller.responses import EngineChange, EngineView
 from fleetctl.errors import NotFound
 
 NAME = "engine"
-app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain.")
+app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain, cordon, uncordon.")
+GatewayTimeoutOption = Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for the gateways")]
 
 EngineArg = Annotated[str, typer.Argument(help="engine name (<deployment>-<index>)")]
 
@@ -45,6 +52,39 @@ def drain(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes:
     status(f"engine {name}: draining")
     if not no_wait:
         wait_drained(f"engine {name}", lambda: _still_there(api, name), timeout)
+
+
+@app.command()
+def cordon(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes: YesOption = False,
+           timeout: GatewayTimeoutOption = 30.0, no_wait: NoWaitOption = False,
+           output: OutputOption = Format.table) -> None:
+    """Hold ENGINE out of traffic: it keeps running, the gateways send it no new request. Refused for the
+    last routable engine of a revision with traffic. Waits until every live gateway applied it unless --no-wait."""
+    confirm(f"Cordon engine {name} (no new requests reach it)?", yes)
+    api = client(ctx)
+    result = api.cordon_engine(name, reason)
+    _said(api, result, f"engine {name}: cordoned", timeout, no_wait, output)
+
+
+@app.command()
+def uncordon(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None,
+             timeout: GatewayTimeoutOption = 30.0, no_wait: NoWaitOption = False,
+             output: OutputOption = Format.table) -> None:
+    """Return a cordoned ENGINE to traffic (a drain is not undone)."""
+    api = client(ctx)
+    result = api.uncordon_engine(name, reason)
+    _said(api, result, f"engine {name}: in traffic", timeout, no_wait, output)
+
+
+def _said(api: ControllerClient, result: EngineChange, line: str, timeout: float, no_wait: bool,
+          output: Format) -> None:
+    """The change on stderr; the gateways waited for; with -o json|yaml the engine and what applied it."""
+    status(line + (" (already)" if result.result == "unchanged" else f" (routing generation {result.generation})"))
+    shown = to_plain(result)
+    if not no_wait and result.result == "changed" and result.generation is not None:
+        shown["applied"] = wait_applied(api.list_gateways, result.generation, timeout)
+    if output is not Format.table:
+        emit(shown, output)
 
 
 def _still_there(api: ControllerClient, name: str) -> list[EngineView]:

@@ -80,6 +80,7 @@ class RoutingEngine(BaseModel):
     state: str
     kv_events_endpoint: str | None
     metrics: dict[str, Any]
+    cordoned: bool = False  # held out of traffic by an operator: no new request but a probe naming it
 
 
 class RoutingTable(BaseModel):

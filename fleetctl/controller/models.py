@@ -14,7 +14,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import (
+    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 
@@ -86,6 +89,8 @@ class Assignment(Base):
     class_ref: Mapped[str] = mapped_column(ForeignKey("class_revisions.ref"))
     role: Mapped[str] = mapped_column(String(16))
     drain: Mapped[bool] = mapped_column(Boolean, default=False)
+    # cordoned: it keeps running and counting as a replica, but the gateways route no new request to it
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Engine(Base):

@@ -1,7 +1,7 @@
 """Response models of the controller API: one pydantic model per response shape, each field described.
 
 The routes declare them (`response_model=`), so the OpenAPI schema documents every response, and the
-controller client (fleetctl/client.py) parses replies into them, so the CLI and the TUI read typed values.
+controller client (the fleetctl.client package) parses replies into them, so the CLI and the TUI read typed values.
 
 Invariants:
 - Torch-free and free of the controller's runtime: this module imports only pydantic, the wire types of
@@ -79,6 +79,8 @@ class EngineView(ResponseModel):
     role: str = Field(description="mixed | prefill | decode")
     state: str = Field(description="starting | ready | draining | stopped | failed, or pending (not yet reported)")
     drain: bool = Field(description="marked for draining")
+    cordoned: bool = Field(default=False, description="held out of traffic: running, but gateways route it no new "
+                           "request (engine cordon)")
     url: str | None = Field(description="the engine's base URL")
     port: int | None = Field(description="its port")
     pid: int | None = Field(description="its process id")
@@ -112,7 +114,9 @@ class NodeChange(NodeDetail):
 
 
 class EngineChange(EngineView):
-    result: Changed = Field(description="whether the drain changed anything")
+    result: Changed = Field(description="whether the drain, cordon or uncordon changed anything")
+    generation: int | None = Field(default=None, description="cordon, uncordon: the routing table generation that "
+                                   "includes the change (gateways at or past it have applied it)")
 
 
 # --- replica classes ---

@@ -90,8 +90,8 @@ def known_specs(session: Session, refs: Iterable[str]) -> dict[str, ReplicaClass
 
 
 def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
-    """Ready engines per class revision: reported `ready` by an agent whose node is up, and not being
-    drained (an engine on its way out is no place to send new traffic)."""
+    """Ready engines per class revision: reported `ready` by an agent whose node is up, and neither being
+    drained (an engine on its way out is no place to send new traffic) nor cordoned."""
     counts: Counter[str] = Counter()
     for (ref, _role), count in ready_engines_by_role(session, refs).items():
         counts[ref] += count
@@ -99,8 +99,10 @@ def ready_engines(session: Session, refs: Iterable[str]) -> dict[str, int]:
 
 
 def ready_engine_rows(session: Session, refs: Iterable[str]) -> list[tuple[str, str, str, str]]:
-    """(node, engine, class revision, role) of every ready, undrained engine of `refs` on an up node."""
-    drained = set(session.execute(select(Assignment.node, Assignment.name).where(Assignment.drain.is_(True))).tuples())
+    """(node, engine, class revision, role) of every ready engine of `refs` on an up node that is neither
+    drained nor cordoned (the engines the gateways route new requests to)."""
+    drained = set(session.execute(select(Assignment.node, Assignment.name)
+                                  .where(Assignment.drain.is_(True) | Assignment.cordoned.is_(True))).tuples())
     rows = session.execute(
         select(Engine.node, Engine.name, Engine.class_ref, Engine.role)
         .join(Node, Node.name == Engine.node)
@@ -125,11 +127,10 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
     """The model's weights (its policy, else every deployed revision equally, as the routing table does)
     and, for each revision weighted or deployed, its ready engines and correctness fields."""
     row = session.get(TrafficPolicy, model)
-    deployed = sorted(set(session.execute(
-        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()))
+    deployed = deployed_revisions(session, model)
     if row is None and not deployed:
         raise NotFound(f"model {model!r} has no traffic policy and no deployment", field="model")
-    weights = dict(row.weights) if row is not None else {ref: 1.0 for ref in deployed}
+    weights = model_weights(session, model)
     refs = sorted(set(weights) | set(deployed))
     specs, ready = known_specs(session, refs), ready_engines(session, refs)
     total = sum(w for w in weights.values() if w > 0)
@@ -140,6 +141,17 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
         "version": row.version if row is not None else None,
         "revisions": [_revision_view(ref, weights.get(ref, 0.0), total, ready.get(ref, 0), specs.get(ref)) for ref in refs],
     }
+
+
+def deployed_revisions(session: Session, model: str) -> list[str]:
+    return sorted(set(session.execute(
+        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()))
+
+
+def model_weights(session: Session, model: str) -> dict[str, float]:
+    """The model's weights as the routing table has them: its policy, else every deployed revision equally."""
+    row = session.get(TrafficPolicy, model)
+    return dict(row.weights) if row is not None else {ref: 1.0 for ref in deployed_revisions(session, model)}
 
 
 def _revision_view(ref: str, weight: float, total: float, ready: int, spec: ReplicaClassSpec | None) -> dict[str, Any]:

@@ -59,6 +59,7 @@ def _engine_view(a: Assignment | None, e: Engine | None, differences: list[dict[
         "name": source.name, "node": source.node, "deployment": a.deployment if a else None,
         "model": source.model, "class_ref": source.class_ref, "role": source.role,
         "state": e.state if e else PENDING, "drain": a.drain if a else False,
+        "cordoned": a.cordoned if a else False,
         "url": e.url if e else None, "port": e.port if e else None, "pid": e.pid if e else None,
         "kv_events_endpoint": e.kv_events_endpoint if e else None,
         "restarts": e.restarts if e else 0, "last_exit": e.last_exit if e else None,
@@ -144,8 +145,11 @@ def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: 
 
 def _routing_engines(session: Session) -> list[dict[str, Any]]:
     rows = session.execute(select(Engine).order_by(Engine.name, Engine.node)).scalars()
+    cordoned = set(session.execute(
+        select(Assignment.node, Assignment.name).where(Assignment.cordoned.is_(True))).tuples())
     return [
         {"name": e.name, "node": e.node, "model": e.model, "class_ref": e.class_ref, "role": e.role, "url": e.url,
-         "state": e.state, "kv_events_endpoint": e.kv_events_endpoint, "metrics": e.metrics}
+         "state": e.state, "kv_events_endpoint": e.kv_events_endpoint, "metrics": e.metrics,
+         "cordoned": (e.node, e.name) in cordoned}
         for e in rows
     ]

@@ -42,9 +42,11 @@ class EngineRoute:
     state: str  # starting | ready | draining | stopped | failed
     kv_events_endpoint: str | None
     metrics: Mapping[str, Any]
+    cordoned: bool = False  # an operator holds it out of traffic: only a probe naming it reaches it
 
     @property
     def routable(self) -> bool:
+        """Ready with a URL: watched (health, metrics, KV events) whether or not it is cordoned."""
         return self.state == "ready" and self.url is not None
 
 
@@ -91,7 +93,8 @@ def _parse_model(name: str, raw: Mapping[str, Any]) -> ModelRoute:
 
 def _parse_engine(raw: Mapping[str, Any]) -> EngineRoute:
     fields = ("name", "node", "model", "class_ref", "role", "url", "state", "kv_events_endpoint")
-    return EngineRoute(**{f: raw[f] for f in fields}, metrics=dict(raw.get("metrics") or {}))
+    return EngineRoute(**{f: raw[f] for f in fields}, metrics=dict(raw.get("metrics") or {}),
+                       cordoned=bool(raw.get("cordoned", False)))
 
 
 def kv_events_endpoints(table: RoutingTable, topic: str = "") -> list[KVEventsEndpoint]:

@@ -230,6 +230,8 @@ class GatewayService:
         routes = {e.name: e for e in table.engines_of(model) if e.class_ref == class_ref}
         if pin_engine is not None:
             routes = pinned_engine(routes, pin_engine, class_ref)
+        else:  # a cordoned engine takes no new request; a probe that names it still reaches it
+            routes = {name: route for name, route in routes.items() if not route.cordoned}
         prompt_ids = await self._tokenise(request, model, spec, routes)
         max_tokens = self._check_fits(request, prompt_ids, spec, class_ref)
         hashes = prompt_block_hashes(prompt_ids, self._block_size(routes, spec), self.settings.hash_seed)

@@ -29,13 +29,14 @@ READ = {
     "canary references", "canary golden check", "gateway list",
 }
 DESTRUCTIVE = {
-    "node cordon", "node drain", "engine drain", "deploy set", "deploy delete", "token revoke", "traffic set",
+    "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
+    "traffic set",
     "traffic shift", "down", "agent drain", "agent restart", "agent stop",
     "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
     "drill misroute", "drill plant",  # they change what production users get
 }
 OTHER = {
-    "node uncordon", "class apply", "token create", "up", "controller migrate",
+    "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",
     "controller serve", "agent serve", "engine serve", "gateway serve",
     "rollout pause", "rollout resume", "rollout watch",
     "drill stop",  # restores traffic and engines as they were before the drill

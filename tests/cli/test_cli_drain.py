@@ -1,9 +1,11 @@
-"""Drains from the CLI: the command marks the drain, then polls engine states until they stopped.
+"""Drains and engine cordons from the CLI: a drain is marked, then the CLI polls engine states until they
+stopped; a cordon is stored, then the CLI waits for the gateways.
 A minimal agent loop (real HTTP heartbeats) stands in for the agent: it reports assigned engines ready,
 and drained ones draining, then stopped."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,3 +100,22 @@ def test_drain_without_an_agent_times_out_or_returns_at_once(fleet: Fleet, tmp_p
     timed_out = fleet.run("node", "drain", "n1", "--yes", "--timeout", "0.3")
     assert timed_out.exit_code == ExitCode.ERROR
     assert "not drained after 0.3s; still running: chat-0" in one_error_line(timed_out, after_progress=True)
+
+
+def test_engine_cordon_and_uncordon_from_the_cli(fleet: Fleet, tmp_path: Path) -> None:
+    with agent(fleet, "n1"):
+        deploy(fleet, tmp_path, 2)
+        wait_ready(fleet, 2)
+        # no gateway has reported: nothing to wait for, and the CLI says so
+        result = ok(fleet.run("engine", "cordon", "chat-0", "--yes", "--reason", "suspect", "-o", "json"))
+        assert "engine chat-0: cordoned (routing generation" in result.stderr
+        assert "no gateways registered; nothing to wait for" in result.stderr
+        shown = json.loads(result.stdout)
+        assert (shown["name"], shown["cordoned"], shown["applied"]["gateways"]) == ("chat-0", True, [])
+        assert "(already)" in ok(fleet.run("engine", "cordon", "chat-0", "--yes", "--no-wait")).stderr
+        refused = fleet.run("engine", "cordon", "chat-1", "--yes")  # the last routable engine of chat@r1
+        assert refused.exit_code != 0
+        assert "the last routable engine of chat@r1" in one_error_line(refused)
+        assert "engine chat-0: in traffic" in ok(fleet.run("engine", "uncordon", "chat-0", "--no-wait")).stderr
+        with fleet.client() as client:
+            assert [e.cordoned for e in client.list_engines()] == [False, False]

@@ -134,3 +134,12 @@ def test_refresh_delay_is_capped():
     assert refresh_delay_s(2.0, 0, 30.0, 0.9) == 2.0
     assert refresh_delay_s(2.0, 50, 30.0, 0.999) == pytest.approx(29.97)
     assert refresh_delay_s(2.0, 3, 30.0, 0.0) == 0.0
+
+
+def test_a_cordoned_engine_is_parsed_as_such_and_still_watched() -> None:
+    body = copy.deepcopy(TABLE)
+    body["engines"][0]["cordoned"] = True
+    table = parse_routing_table(body)
+    assert [e.cordoned for e in table.engines] == [True, False, False]  # absent: not cordoned (older controllers)
+    assert table.engines[0].routable  # health, metrics and KV events are still followed
+    assert "chat-0" in {e.engine_id for e in kv_events_endpoints(table)}

@@ -218,6 +218,33 @@ async def test_node_and_engine_actions(fleet: Controller) -> None:
                 same_as_cli(fleet, action.command_for(f"step {count}"), actor)
 
 
+async def test_engine_cordon_and_uncordon_from_the_engine_detail(fleet: Controller) -> None:
+    with fleet.client("operator") as api:
+        api.set_deployment("chat", "chat@r1", 2)
+        wait_for(lambda: api.get_traffic(MODEL).revisions[0].ready_engines == 2)
+        engine = sorted(api.list_engines(), key=lambda e: e.name)[0]
+    actor = fleet.actor("operator")
+    app, done = app_for(fleet, Script(snapshot_of(fleet))), Done()
+    async with app.run_test(size=SIZE, message_hook=done) as pilot:
+        app.open_engine(f"{engine.node}/{engine.name}")
+        await pilot.pause()
+        audited = len(audit_of(fleet, actor))
+        await cancel(pilot, "c")
+        assert len(audit_of(fleet, actor)) == audited
+        shown = await confirm(pilot, "c", "suspect answers")
+        assert shown == f"fleetctl engine cordon {engine.name} --no-wait --yes --reason 'suspect answers'"
+        assert (await done.next(1)).detail == f"engine {engine.name}: cordoned, no new requests"
+        with fleet.client("viewer") as api:
+            assert api.get_engine(engine.name).cordoned
+            assert api.get_traffic(MODEL).revisions[0].ready_engines == 1
+        same_as_cli(fleet, shown, actor)
+        await confirm(pilot, "u", "cleared")
+        assert (await done.next(2)).ok
+        with fleet.client("viewer") as api:
+            assert not api.get_engine(engine.name).cordoned
+        assert audit_of(fleet, actor)[-1].reason == "cleared"
+
+
 def _drained(api: Any, name: str) -> bool:
     try:
         return api.get_engine(name).drain

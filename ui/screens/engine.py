@@ -7,12 +7,13 @@
   gets; fleetctl/replica_class.py), fetched once in a worker through the client and kept by the app;
 - the latest events about it (fleet.events whose subject names it).
 
-Keys: `d` drain it (ui.actions; refused when read-only), esc back to the Fleet screen.
+Keys: `d` drain it, `c`/`u` cordon/uncordon it (ui.actions: a confirmation first; refused when read-only),
+esc back to the Fleet screen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any, ClassVar
@@ -59,6 +60,7 @@ def names_engine(event: FleetEventView, key: str, name: str) -> bool:
 def summary(engine: WatchEngineView, updated_age_s: float | None) -> str:
     reported = "never" if updated_age_s is None else f"{fmt.age(max(0.0, updated_age_s))} ago"
     drain = " (marked for drain)" if engine.drain and engine.state != "draining" else ""
+    drain += " (cordoned: no new requests)" if engine.cordoned else ""
     return (f"{engine.model} · {engine.class_ref} · {engine.role} · {engine.state}{drain} · node {engine.node}\n"
             f"url {engine.url or fmt.NONE} · pid {engine.pid or fmt.NONE} · restarts {engine.restarts}"
             f"{' (last exit: ' + engine.last_exit + ')' if engine.last_exit else ''} · reported {reported}")
@@ -114,8 +116,9 @@ def events_text(events: list[FleetEventView], tz: tzinfo | None = None) -> Text:
 
 class EngineScreen(BaseScreen):
     HEADING = "Engine"
-    FLEET_ACTIONS = frozenset({"drain"})
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("d", "drain", "drain")]
+    FLEET_ACTIONS = frozenset({"drain", "cordon", "uncordon"})
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("d", "drain", "drain"), Binding("c", "cordon", "cordon"),
+                                             Binding("u", "uncordon", "uncordon")]
 
     def __init__(self, key: str) -> None:
         super().__init__(name=None)
@@ -218,7 +221,16 @@ class EngineScreen(BaseScreen):
     # --- actions ---
 
     def action_drain(self) -> None:
+        self._request(actions.drain_engine)
+
+    def action_cordon(self) -> None:
+        self._request(actions.cordon_engine)
+
+    def action_uncordon(self) -> None:
+        self._request(actions.uncordon_engine)
+
+    def _request(self, build: Callable[[str, str], actions.Action]) -> None:
         try:
-            actions.request_action(self.app, actions.drain_engine(self.node, self.engine_name))
+            actions.request_action(self.app, build(self.node, self.engine_name))
         except NotImplementedError:  # a build whose ui.actions is still the interface only
             self.notify("actions are not available in this build", severity="warning")

@@ -3,10 +3,11 @@ no engine. Columns fit the terminal (at 80 columns: node, engine, role, class, s
 TTFT; at 200 also drift, prefix-cache hit rate, ITL and restarts).
 
 Keys: enter opens the engine's detail; `d` drains the engine, `D` its node, `c`/`u` cordon/uncordon its
-node (through ui.actions: a confirmation first; refused when read-only); `<`/`>` move the sort column, `!`
+node (through ui.actions: a confirmation first; refused when read-only; the engine detail cordons one
+engine); `<`/`>` move the sort column, `!`
 reverses it, shift+letter sorts by a column (N node, E engine, R role, C class, S state, Q queue, K KV,
 H prefix hit, T TTFT, I ITL); `/` filters (ui/fleet_rows.py: plain text, or `role:decode state:failed`).
-Row colours: failed or node down orangered, draining mediumpurple, pending/starting darkorange, drifted
+Row colours: failed or node down orangered, draining or cordoned mediumpurple, pending/starting darkorange, drifted
 yellow.
 """
 

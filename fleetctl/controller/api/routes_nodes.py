@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import nodes, views
+from fleetctl.controller import engine_cordon, nodes, routing_generation, views
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
@@ -89,3 +89,30 @@ def engine_drain(name: str, body: Body | None = None, change: Change = Depends(m
         view = views.engine(session, name)
     runtime.wake()
     return {**view, "result": "changed" if changed else "unchanged"}
+
+
+@router.post("/engines/{name}/cordon", name="engine.cordon", response_model=EngineChange)
+def engine_cordon_route(name: str, body: Body | None = None,
+                        change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Hold one engine out of traffic: it keeps running and counting as a replica, and the gateways route it
+    no new request. `generation` is the routing table generation that includes the change (gateways at or
+    past it have applied it). 409 `no_ready_engines` when it is the last routable engine of a revision that
+    has traffic."""
+    return _engine_cordon(name, change, True)
+
+
+@router.post("/engines/{name}/uncordon", name="engine.uncordon", response_model=EngineChange)
+def engine_uncordon_route(name: str, body: Body | None = None,
+                          change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Return a cordoned engine to traffic (a drain is not undone)."""
+    return _engine_cordon(name, change, False)
+
+
+def _engine_cordon(name: str, change: Change, cordoned: bool) -> dict[str, Any]:
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        _node, changed = engine_cordon.set_engine_cordon(session, name, cordoned)
+        change.record(session, target=name, result=OK if changed else NOOP)
+        generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
+        view = views.engine(session, name)
+    return {**view, "result": "changed" if changed else "unchanged", "generation": generation}
