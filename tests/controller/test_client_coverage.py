@@ -214,6 +214,9 @@ def test_fleet_reads_and_drains_round_trip(checked: Checked) -> None:
     assert (drifted.name, drifted.drifted, drifted.drift[0].field) == (engine, True, "kv_cache_dtype")
     assert status.drifted == 1 and status.engines[0].drift[0].actual == "bfloat16"
     assert checked("operator", "drain_engine", engine, reason="test").result == "changed"
+    # drained, it takes no traffic, so even the revision's last engine may be cordoned
+    assert checked("operator", "cordon_engine", engine, reason="test").cordoned is True
+    assert checked("operator", "uncordon_engine", engine).generation is not None
     assert checked("operator", "cordon_node", NODE).cordoned is True
     assert checked("operator", "drain_node", NODE).draining is True
     assert checked("operator", "uncordon_node", NODE).result == "changed"

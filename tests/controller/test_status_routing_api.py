@@ -37,7 +37,8 @@ def test_routing_table_follows_the_contract(api: Api) -> None:
     assert model["traffic"] == {"chat@r1": 1.0} and model["pd"] is True
     assert model["classes"]["chat@r1"]["weights"] == "smollm2"
     (engine,) = table["engines"]
-    assert set(engine) == {"name", "node", "model", "class_ref", "role", "url", "state", "kv_events_endpoint", "metrics"}
+    assert set(engine) == {"name", "node", "model", "class_ref", "role", "url", "state", "kv_events_endpoint", "metrics",
+                           "cordoned"}
     assert engine["node"] == "n1" and engine["state"] == "ready"
     assert api.call("GET", "/api/v1/routing", role="viewer").json()["generation"] == table["generation"]
 

@@ -29,6 +29,8 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/nodes/n1/uncordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/nodes/n1/drain", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/engines/chat-0/drain", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/engines/chat-0/cordon", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/engines/chat-0/uncordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/tokens", {"name": "ci", "role": "viewer", "reason": "{bad}"}, "admin", "reason"),
     ("DELETE", "/api/v1/tokens/ci", {"reason": "{bad}"}, "admin", "reason"),
     ("POST", "/api/v1/gateways/report", {"name": "gw", "url": "{bad}", "generation": 0, "table_age_s": 0}, "operator", "url"),
@@ -67,7 +69,7 @@ def _template(path: str) -> str:
              "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop"}
     if path in parts:
         return parts[path]
-    return path.replace("/nodes/n1/", "/nodes/{name}/")
+    return path.replace("/nodes/n1/", "/nodes/{name}/").replace("/engines/chat-0/", "/engines/{name}/")
 
 
 @pytest.mark.parametrize("kind", sorted(BAD))
