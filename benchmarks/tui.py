@@ -17,9 +17,9 @@ Through the API that would be 1,000 heartbeats a second, more than this 2-core m
   the run with no viewer; the goal: the cost of 50 viewers at most 2x the cost of one (each change is
   serialised once, not once per viewer). The hub's own counters (fleet_controller_watch_*) are read too.
 - **First screen**: `--first-screen` times, a child process is started (the clock starts before it is
-  spawned) that imports the TUI, runs it headless at 200x50 against the controller with the real stream
-  client, and reports when the Fleet screen holds every engine: interpreter start, imports, connect,
-  snapshot, parse and first render. Goal: < 2 s. The median is reported.
+  spawned: benchmarks/tui_first_screen.py) that imports what `fleetctl tui` does (the CLI and the TUI), runs
+  it headless at 200x50 against the controller with the real stream client, and reports when the Fleet
+  screen holds every engine: interpreter start, imports, connect, snapshot, parse and first render. Goal: < 2 s. The median is reported.
 
 The TUI's own refresh time per delta and its memory over time are measured by benchmarks/tui_refresh.py.
 Results: stdout and benchmarks/results/tui.json. Run it alone on an otherwise idle machine.
@@ -52,6 +52,7 @@ from fleetctl.client import ControllerClient  # noqa: E402
 from fleetctl.controller.paths import sqlite_url  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "tui.json"
+CHILD = ROOT / "benchmarks" / "tui_first_screen.py"  # what `fleetctl tui` loads, and nothing of this module
 GOALS = {"viewers_50_over_1": 2.0, "first_screen_s": 2.0}
 MODEL, CLASS_REF = "smollm2-135m", "chat@r1"
 ROLES = ("prefill", "decode", "mixed", "mixed")
@@ -67,7 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=20.0, help="seconds of controller CPU measured per count")
     p.add_argument("--first-screen", type=int, default=3, help="times the first screen is timed")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--child", nargs=3, metavar=("URL", "TOKEN", "ENGINES"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -204,36 +204,11 @@ def measure_viewers(ctl: Controller, token: str, count: int, warmup_s: float, wi
 
 def time_first_screen(url: str, token: str, engines: int) -> float:
     started = time.time()
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", url, token, str(engines)],
+    done = subprocess.run([sys.executable, str(CHILD), url, token, str(engines)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"first-screen child failed: {done.stderr.strip()[-800:]}")
     return float(done.stdout.strip().splitlines()[-1]) - started
-
-
-def child(url: str, token: str, engines: int) -> None:
-    """Run the TUI headless until its Fleet screen holds every engine; print the wall time then."""
-    from ui.app import make_app
-
-    async def main() -> None:
-        app = make_app(url, token, readonly=True)
-        async with app.run_test(headless=True, size=(200, 50)) as pilot:
-            while not fleet_screen_full(app, engines):
-                await pilot.pause(0.02)
-            print(time.time(), flush=True)
-
-    asyncio.run(main())
-
-
-def fleet_screen_full(app: Any, engines: int) -> bool:
-    from ui.screens.fleet import FleetScreen
-    from ui.widgets.table import VirtualTable
-
-    screen = app.screen
-    if not isinstance(screen, FleetScreen) or len(app.fleet.resources.get("engine", {})) < engines:
-        return False
-    tables = list(screen.query(VirtualTable))
-    return bool(tables) and len(tables[0].keys) >= engines
 
 
 # --- the run ------------------------------------------------------------------------------------------------
@@ -270,7 +245,7 @@ def summarize(args: argparse.Namespace, runs: list[dict[str, Any]], first: list[
     ratio = cost[50] / cost[1] if 50 in cost and 1 in cost and cost[1] > 0 else None
     return {"benchmark": "tui", "command": "benchmarks/tui.py " + " ".join(sys.argv[1:]),
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "child"},
+            "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "machine": {"cpus": psutil.cpu_count(), "loadavg_1m_end": psutil.getloadavg()[0]},
             "writer": {"rounds": writer.rounds, "mean_round_s": writer.seconds / max(writer.rounds, 1)},
             "viewers": runs, "viewers_50_over_1": ratio,
@@ -280,9 +255,6 @@ def summarize(args: argparse.Namespace, runs: list[dict[str, Any]], first: list[
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
-        return 0
     result = run(args)
     print_table(result["viewers"], [("viewers", "viewers", "d"), ("controller cores", "controller_cores", ".3f"),
                                     ("above 0 viewers", "viewer_cost_cores", ".3f"),
