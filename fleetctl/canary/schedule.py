@@ -28,11 +28,10 @@ every model a production probe per `floor_interval_s`, and what that costs is se
 and all they want when the others leave room; the urgent streams get the rest first, stretched (up to their
 floor) to fit it, and the other pinned streams what the urgent ones leave. So probes stay within the budget
 whenever the budget can pay for the floor; when it cannot (an idle fleet, no capacity measured, or one too
-small for its revisions), the floor is spent anyway, since
-idle capacity costs nobody anything and a revision at a thin rollout step must still be measured. The
-factors follow from the expected cost, not from the measured rate, so they do not swing between "all" and
-"none" as a measured window fills and empties; the measured rate is what `BudgetState.share` reports
-(fleet_canary_probe_share).
+small for its revisions), the floor is spent anyway, since idle capacity costs nobody anything and a revision
+at a thin rollout step must still be measured. The factors follow from the expected cost, not from the
+measured rate, so they do not swing between "all" and "none" as a measured window fills and empties; the
+measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
 
 Order. At most `concurrency` probes are in flight; a stream with no free slot is not planned again. Of the streams
 due, the production streams go first (the path users see), then the most overdue (never probed first).

@@ -10,8 +10,7 @@ revision from the controller, loads and validates the golden set (FILE, or the n
 revision: the count the serving path makes, chat template included) and checks the set against the class
 (its model, its context window). Only then does it store the golden set, send each prompt `--repetitions`
 times at every batch condition pinned to the revision, walking its ready engines (progress on stderr), and
-store the reference. A bad
-file is one line naming the entry and exit 2, with nothing stored.
+store the reference. A bad file is one line naming the entry and exit 2, with nothing stored.
 """
 
 from __future__ import annotations
@@ -135,8 +134,10 @@ def golden_path(text: str) -> Path:
 
 
 def ready_engines(engines: Sequence[EngineView], ref: str) -> list[str]:
-    """The names of `ref`'s ready, undrained engines, sorted (as the controller's probes walk them)."""
-    return sorted(e.name for e in engines if e.class_ref == ref and e.state == "ready" and not e.drain)
+    """The names of `ref`'s ready engines, neither drained nor cordoned, sorted (as the controller's probes
+    walk them)."""
+    return sorted(e.name for e in engines
+                  if e.class_ref == ref and e.state == "ready" and not e.drain and not e.cordoned)
 
 
 def parse_conditions(text: str) -> list[int]:

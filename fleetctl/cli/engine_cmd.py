@@ -63,7 +63,7 @@ def cordon(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes
     confirm(f"Cordon engine {name} (no new requests reach it)?", yes)
     api = client(ctx)
     result = api.cordon_engine(name, reason)
-    _said(api, result, f"engine {name}: cordoned", timeout, no_wait, output)
+    _report_change(api, result, f"engine {name}: cordoned", timeout, no_wait, output)
 
 
 @app.command()
@@ -73,10 +73,10 @@ def uncordon(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None,
     """Return a cordoned ENGINE to traffic (a drain is not undone)."""
     api = client(ctx)
     result = api.uncordon_engine(name, reason)
-    _said(api, result, f"engine {name}: in traffic", timeout, no_wait, output)
+    _report_change(api, result, f"engine {name}: in traffic", timeout, no_wait, output)
 
 
-def _said(api: ControllerClient, result: EngineChange, line: str, timeout: float, no_wait: bool,
+def _report_change(api: ControllerClient, result: EngineChange, line: str, timeout: float, no_wait: bool,
           output: Format) -> None:
     """The change on stderr; the gateways waited for; with -o json|yaml the engine and what applied it."""
     status(line + (" (already)" if result.result == "unchanged" else f" (routing generation {result.generation})"))

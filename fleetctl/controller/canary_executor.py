@@ -42,7 +42,7 @@ from fleetctl.canary.types import ConditionNoise, ProbeOutput, ProbeRecord, Prom
 from fleetctl.controller.canary_refs import ChosenReference, reference_for
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import CanaryProbe
-from fleetctl.controller.rollout_observations import model_weights
+from fleetctl.controller.traffic import model_weights
 
 log = logging.getLogger(__name__)
 

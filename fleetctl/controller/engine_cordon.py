@@ -21,17 +21,17 @@ from fleetctl.controller.traffic_guard import NO_READY_ENGINES
 from fleetctl.errors import Conflict, NotFound
 
 
-def set_engine_cordon(session: Session, name: str, cordoned: bool) -> tuple[str, bool]:
-    """Cordon or uncordon one engine (by its assignment). Returns (node, changed). A drain is not undone."""
+def set_engine_cordon(session: Session, name: str, cordoned: bool) -> bool:
+    """Cordon or uncordon one engine (by its assignment); whether that changed anything. A drain is not undone."""
     assignment = session.get(Assignment, name)
     if assignment is None:
         raise NotFound(f"no assigned engine {name!r}", field="engine")
     if assignment.cordoned == cordoned:
-        return assignment.node, False
+        return False
     if cordoned:
         _refuse_if_last(session, assignment)
     assignment.cordoned = cordoned
-    return assignment.node, True
+    return True
 
 
 def _refuse_if_last(session: Session, assignment: Assignment) -> None:

@@ -30,10 +30,10 @@ from sqlalchemy.orm import Session
 from fleetctl.controller import canary_streams, views
 from fleetctl.controller.drift import drifted_engines
 from fleetctl.controller.gateways import is_stale, served_by_gateway
-from fleetctl.controller.models import Deployment, Gateway, RoutingState, TrafficPolicy
+from fleetctl.controller.models import Deployment, Gateway, RoutingState
 from fleetctl.controller.rollout.state import Observations
 from fleetctl.controller.routing_generation import ROW_ID, content_digest
-from fleetctl.controller.traffic import ready_engines_by_role
+from fleetctl.controller.traffic import model_weights, ready_engines_by_role
 
 
 def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
@@ -55,15 +55,6 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
         quality=canary_streams.quality(session, model, refs),
         frozen=False,  # break-glass freeze is not built yet; the machine already pauses on it
     )
-
-
-def model_weights(session: Session, model: str) -> dict[str, float]:
-    row = session.get(TrafficPolicy, model)
-    if row is not None:
-        return {ref: float(weight) for ref, weight in row.weights.items()}
-    deployed = session.execute(
-        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()
-    return {ref: 1.0 for ref in sorted(set(deployed))}
 
 
 def desired_engines_by_role(session: Session, model: str, refs: list[str]) -> dict[tuple[str, str], int]:

@@ -39,7 +39,7 @@ from fleetctl.controller.rollout import commands
 from fleetctl.controller.rollout.analysis import quality_unavailable
 from fleetctl.controller.rollout.spec import RolloutSpec
 from fleetctl.controller.rollout.state import TERMINAL, RolloutState
-from fleetctl.controller.traffic import set_traffic
+from fleetctl.controller.traffic import model_weights, set_traffic
 from fleetctl.controller.traffic_guard import CORRECTNESS_CHANGE_ALLOWED, positive_refs
 from fleetctl.controller.versions import check_version
 from fleetctl.errors import Conflict, NotFound, ValidationFailed
@@ -111,7 +111,7 @@ def revision(session: Session, ref: str, model: str, field: str) -> ClassRevisio
 def holding_all_traffic(session: Session, model: str) -> str:
     """The revision holding all of `model`'s traffic: the only positively weighted one in its policy, else
     its only deployed revision."""
-    weights = rollout_observations.model_weights(session, model)
+    weights = model_weights(session, model)
     positive = positive_refs(weights)
     if len(positive) == 1:
         return positive[0]

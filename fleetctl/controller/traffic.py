@@ -130,7 +130,7 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
     deployed = deployed_revisions(session, model)
     if row is None and not deployed:
         raise NotFound(f"model {model!r} has no traffic policy and no deployment", field="model")
-    weights = model_weights(session, model)
+    weights = dict(row.weights) if row is not None else {ref: 1.0 for ref in deployed}  # as model_weights
     refs = sorted(set(weights) | set(deployed))
     specs, ready = known_specs(session, refs), ready_engines(session, refs)
     total = sum(w for w in weights.values() if w > 0)
@@ -151,7 +151,9 @@ def deployed_revisions(session: Session, model: str) -> list[str]:
 def model_weights(session: Session, model: str) -> dict[str, float]:
     """The model's weights as the routing table has them: its policy, else every deployed revision equally."""
     row = session.get(TrafficPolicy, model)
-    return dict(row.weights) if row is not None else {ref: 1.0 for ref in deployed_revisions(session, model)}
+    if row is not None:
+        return {ref: float(weight) for ref, weight in row.weights.items()}
+    return {ref: 1.0 for ref in deployed_revisions(session, model)}
 
 
 def _revision_view(ref: str, weight: float, total: float, ready: int, spec: ReplicaClassSpec | None) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def engine_uncordon_route(name: str, body: Body | None = None,
 def _engine_cordon(name: str, change: Change, cordoned: bool) -> dict[str, Any]:
     runtime = change.runtime
     with runtime.store.session() as session:
-        _node, changed = engine_cordon.set_engine_cordon(session, name, cordoned)
+        changed = engine_cordon.set_engine_cordon(session, name, cordoned)
         change.record(session, target=name, result=OK if changed else NOOP)
         generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
         view = views.engine(session, name)
