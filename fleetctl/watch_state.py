@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from fleetctl.controller.contract import GatewayView
@@ -40,14 +41,22 @@ EVENTS_KEPT = 1000
 @dataclass(frozen=True)
 class Applied:
     """What one message changed: `reset` (a snapshot replaced everything), else the (kind, key) pairs
-    changed and the events added."""
+    changed and the events added. `patched` names, for a resource changed only by patches, the top-level
+    fields they set (a reader can then skip what a field it does not show changed); a resource put or
+    deleted is not in it."""
 
     reset: bool = False
     changed: frozenset[tuple[str, str]] = frozenset()
     events: tuple[FleetEventView, ...] = ()
+    patched: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     def touches(self, kind: str) -> bool:
-        return self.reset or any(k == kind for k, _ in self.changed)
+        return self.reset or kind in self.kinds
+
+    @cached_property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of resource changed (a screen asks several times per message)."""
+        return frozenset(kind for kind, _ in self.changed)
 
 
 @dataclass
@@ -70,7 +79,9 @@ class FleetState:
         return self._delta(message)
 
     def _reset(self, snapshot: WatchSnapshot) -> Applied:
-        self.resources = {kind: dict(snapshot.resources.get(kind, {})) for kind in WATCH_KINDS}
+        # Each value a dict of its own: a patch updates it in place (below)
+        self.resources = {kind: {key: dict(value) for key, value in snapshot.resources.get(kind, {}).items()}
+                          for kind in WATCH_KINDS}
         self._parsed.clear()
         self.events.clear()
         self.events.extend(snapshot.events)
@@ -79,18 +90,31 @@ class FleetState:
 
     def _delta(self, delta: WatchDelta) -> Applied:
         changed = set()
+        patched: dict[tuple[str, str], frozenset[str]] = {}
+        replaced: set[tuple[str, str]] = set()  # put or deleted (by any change of this delta)
         for change in delta.changes:
             values = self.resources.setdefault(change.kind, {})
+            pair = (change.kind, change.key)
             if change.op == "delete":
                 values.pop(change.key, None)
+                replaced.add(pair)
             elif change.op == "put" or change.key not in values:
                 values[change.key] = dict(change.value or {})
+                replaced.add(pair)
             else:
-                values[change.key] = {**values[change.key], **(change.value or {})}
-            self._parsed.pop((change.kind, change.key), None)
-            changed.add((change.kind, change.key))
+                patch = change.value or {}
+                # In place, not a merged copy: a copy per engine per second would be a new long-lived object
+                # for the garbage collector to walk, and its full passes over a 4,000-engine fleet are slow.
+                # Readers keep no value across messages; they read it again when told it changed.
+                values[change.key].update(patch)
+                before = patched.get(pair)
+                patched[pair] = frozenset(patch) if before is None else before.union(patch)
+            self._parsed.pop(pair, None)
+            changed.add(pair)
+        for pair in replaced:
+            patched.pop(pair, None)
         self.events.extend(delta.events)
-        return Applied(changed=frozenset(changed), events=tuple(delta.events))
+        return Applied(changed=frozenset(changed), events=tuple(delta.events), patched=patched)
 
     # --- reading ---
 

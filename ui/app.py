@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import gc
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -69,6 +70,18 @@ class RoleLearned(Message):
         self.role = role
 
 
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No garbage collection inside the block (what it allocates is counted, and collected after it)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
 class FleetApp(App[None]):
     CSS_PATH = "fleet.tcss"
     TITLE = "fleetctl"
@@ -91,7 +104,7 @@ class FleetApp(App[None]):
         self.class_revisions: OrderedDict[str, ClassRevisionView] = OrderedDict()
         self._source = source
         self._owns_client = owns_client
-        self._inbox = Inbox()
+        self.inbox = Inbox()
         self._back: deque[str] = deque(maxlen=BACK_STEPS)
         self._names: dict[int, str] = {}  # id(installed screen) -> its registry name
 
@@ -109,6 +122,7 @@ class FleetApp(App[None]):
             self._learn_role()
 
     async def on_unmount(self) -> None:
+        gc.unfreeze()  # the process may live on (tests, an embedding app): the collector as it was
         if self._owns_client and self.client is not None:
             await self.client.aclose()
 
@@ -125,15 +139,22 @@ class FleetApp(App[None]):
     @work(exclusive=True, group="stream", exit_on_error=False)
     async def _follow(self) -> None:
         async for item in self._stream():
-            if self._inbox.put(item):
+            if self.inbox.put(item):
                 self.post_message(StreamArrived())
 
     def on_stream_arrived(self, _message: StreamArrived) -> None:
-        batch = self.apply_items(self._inbox.take())
+        batch = self.take_inbox()
         if batch.connection is not None:
             self.post_message(batch.connection)
         if batch.applied is not None:
             self.post_message(FleetChanged(batch.applied))
+
+    def take_inbox(self) -> Batch:
+        """Apply everything waiting in the inbox. The collector waits until the messages are applied and
+        dropped: a collection in the middle would walk every change of a 4,000-engine delta (20-30 ms), one
+        after it walks only what the fleet keeps."""
+        with _collector_paused():
+            return self.apply_items(self.inbox.take())
 
     def apply_items(self, items: list[Any]) -> Batch:
         """Apply stream items (in order) to `fleet`, sampling the history; the connection follows."""
@@ -156,7 +177,8 @@ class FleetApp(App[None]):
         screen = self.receiver()
         if screen is None:
             return
-        screen.refresh_from(self.fleet, applied)
+        with _collector_paused():  # the refresh builds rows and lines, no reference cycle
+            screen.refresh_from(self.fleet, applied)
         if applied.touches("pulse") or applied.touches("controller"):
             screen.refresh_chrome()
 

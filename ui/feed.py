@@ -44,7 +44,24 @@ class Inbox:
 def merge(first: Applied, second: Applied) -> Applied:
     """One Applied covering both, in order."""
     events = (first.events + second.events)[-EVENTS_KEPT:]
-    return Applied(reset=first.reset or second.reset, changed=first.changed | second.changed, events=events)
+    return Applied(reset=first.reset or second.reset, changed=first.changed | second.changed, events=events,
+                   patched=_merge_patched(first, second))
+
+
+def _merge_patched(first: Applied, second: Applied) -> dict[tuple[str, str], frozenset[str]]:
+    """A resource stays "patched only" when each message that changed it patched it; its fields add up."""
+    merged = {}
+    for pair in first.changed | second.changed:
+        fields: frozenset[str] = frozenset()
+        for applied in (first, second):
+            if pair in applied.changed:
+                patch = applied.patched.get(pair)
+                if patch is None:
+                    break
+                fields |= patch
+        else:
+            merged[pair] = fields
+    return merged
 
 
 def has_changes(applied: Applied) -> bool:

@@ -2,6 +2,9 @@
 date from the change stream, filtered and sorted. Pure Python over the stream's raw values (dicts), no
 Textual: a delta that touches 4,000 engines costs a dict read and a small record per engine, and the
 order is recomputed only when a row was added or removed, or the sort or filter values of a row moved.
+A change of only an engine's figures (its metrics and rates, what the stream sends every second) marks the
+row stale and rebuilds it when it is read, which is only when it is on screen: such a change moves no name,
+state or filter match, and the sort column's figure is kept current at once.
 
     rows = FleetRows()
     changed = rows.update(fleet, applied)   # the keys whose cells changed (None: all of them)
@@ -15,6 +18,7 @@ model, role, class or state; `field:text` matches one field (node, engine, model
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +55,15 @@ FIELD_ATTRIBUTES = {"node": "node", "engine": "engine", "model": "model", "role"
 ERROR, DRAINING, PENDING, DRIFTED, STOPPED, NORMAL = "error", "draining", "pending", "drifted", "stopped", ""
 CORDONED = "⊘"  # after a cordoned node's name
 CORDONED_STATE = "cordoned"  # a ready engine held out of traffic (engine cordon)
+
+# An engine's stream fields that move only the figure columns; a patch of only these is the per-second case.
+FIGURE_FIELDS = frozenset({"metrics", "rates", "updated_at"})
+FIGURE_COLUMNS = frozenset({"queue", "kv", "hit", "ttft", "itl"})
+NODE_ROW_FIELDS = frozenset({"state", "cordoned", "draining"})  # what a node's rows show of it (and name)
+RATE_FIELDS = {"hit": "prefix_hit_rate", "ttft": "ttft_s", "itl": "itl_s"}  # column -> field of `rates`
+
+
+_first = operator.itemgetter(0)
 
 
 def natural(text: str) -> tuple[Any, ...]:
@@ -118,11 +131,31 @@ def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None,
         role=str(raw.get("role", "")), class_ref=str(raw.get("class_ref", "")), state=state,
         tone=_tone(state, bool(drift), node), cordoned=bool(node and node.get("cordoned")), drift=drift,
         running=_number(metrics.get("num_requests_running")), waiting=_number(metrics.get("num_requests_waiting")),
-        kv=_number(metrics.get("kv_cache_usage_perc")), hit=_number(rates.get("prefix_hit_rate")),
-        ttft=_number(rates.get("ttft_s")), itl=_number(rates.get("itl_s")),
+        kv=_number(metrics.get("kv_cache_usage_perc")), hit=_number(rates.get(RATE_FIELDS["hit"])),
+        ttft=_number(rates.get(RATE_FIELDS["ttft"])), itl=_number(rates.get(RATE_FIELDS["itl"])),
         restarts=_int(raw.get("restarts")),
         names=names or (natural(node_name), natural(str(raw.get("name", "")))),
     )
+
+
+def refresh_figure(row: FleetRow, column: str, raw: Mapping[str, Any]) -> bool:
+    """Set the figure(s) behind one figure column of `row` from the engine's stream value; whether its sort
+    value changed. (Per engine and second on a fleet sorted by a figure: kept to plain reads and compares.)"""
+    if column == "kv":
+        value = _number((raw.get("metrics") or {}).get("kv_cache_usage_perc"))
+        changed = value != row.kv
+        row.kv = value
+        return changed
+    if column in RATE_FIELDS:
+        value = _number((raw.get("rates") or {}).get(RATE_FIELDS[column]))
+        changed = value != getattr(row, column)
+        setattr(row, column, value)
+        return changed
+    before = row.sort_value("queue")
+    metrics = raw.get("metrics") or {}
+    row.running = _number(metrics.get("num_requests_running"))
+    row.waiting = _number(metrics.get("num_requests_waiting"))
+    return row.sort_value("queue") != before
 
 
 def node_row(name: str, node: Mapping[str, Any]) -> FleetRow:
@@ -194,17 +227,43 @@ def parse_filter(text: str) -> tuple[Term, ...]:
 
 class FleetRows:
     def __init__(self) -> None:
-        self.rows: dict[str, FleetRow] = {}
+        self._rows: dict[str, FleetRow] = {}
+        self._stale: set[str] = set()  # engine rows whose figures (but the sort column's) lag the stream
+        self._engines: Mapping[str, Any] = {}  # the fleet's engines and nodes, to rebuild a stale row from
+        self._nodes: Mapping[str, Any] = {}
         self._engines_of: dict[str, set[str]] = {}  # node -> keys of its engine rows
+        self._name_order: list[str] | None = None  # every row's key by name; None: to sort again
         self.sort_column = "node"
         self.reverse = False
         self.filter_text = ""
         self._terms: tuple[Term, ...] = ()
         self.order: list[str] = []
 
+    # --- reading rows ---
+
+    @property
+    def rows(self) -> dict[str, FleetRow]:
+        """Every row, current (rebuilds the stale ones: for a whole-fleet reader, not the refresh path)."""
+        self._refresh_stale()
+        return self._rows
+
+    def _refresh_stale(self) -> None:
+        for key in list(self._stale):
+            self.row(key)
+
+    def row(self, key: str) -> FleetRow | None:
+        """One row, current; None when there is no such row."""
+        row = self._rows.get(key)
+        if row is not None and key in self._stale:
+            self._stale.discard(key)
+            row = self._rows[key] = engine_row(key, self._engines[key], self._nodes.get(row.node), row.names)
+        return row
+
     # --- sort and filter ---
 
     def set_sort(self, column: str, reverse: bool = False) -> None:
+        if column != self.sort_column and column in FIGURE_COLUMNS:
+            self._refresh_stale()  # a stale row's figures are current only in the old sort column
         self.sort_column, self.reverse = column, reverse
         self._reorder()
 
@@ -217,32 +276,58 @@ class FleetRows:
         return all(term.matches(row) for term in self._terms)
 
     def _reorder(self) -> None:
-        visible = [row for row in self.rows.values() if self.shown(row)]
         column = self.sort_column
-        known = [row for row in visible if row.sort_value(column) is not None]
-        unknown = [row for row in visible if row.sort_value(column) is None]
-        known.sort(key=lambda row: row.names)  # ties in name order, in either direction (the sort is stable)
-        known.sort(key=lambda row: row.sort_value(column), reverse=self.reverse)
-        unknown.sort(key=lambda row: row.names)
-        self.order = [row.key for row in known + unknown]
+        known: list[tuple[Any, str]] = []
+        unknown: list[str] = []
+        # Walked in name order, and the sort is stable (reversed too): ties stay in name order either way.
+        value_of = operator.attrgetter(column) if column in ("kv", "hit", "ttft", "itl") else (
+            lambda row: row.sort_value(column))
+        for row in self._in_name_order():
+            if self._terms and not self.shown(row):
+                continue
+            value = value_of(row)
+            if value is None:
+                unknown.append(row.key)
+            else:
+                known.append((value, row.key))
+        if column != "node":
+            known.sort(key=_first, reverse=self.reverse)
+        elif self.reverse:
+            known.reverse()
+        self.order = [key for _, key in known] + unknown
+
+    def _in_name_order(self) -> list[FleetRow]:
+        """Every row by (node, engine) name: kept until a row is added or removed."""
+        if self._name_order is None:
+            self._name_order = sorted(self._rows, key=lambda key: self._rows[key].names)
+        rows = self._rows
+        return [rows[key] for key in self._name_order]
 
     # --- following the fleet ---
 
     def update(self, fleet: FleetState, applied: Applied) -> set[str] | None:
         """Follow `applied`; the keys whose rows changed (None after a reset: every row)."""
-        engines = fleet.resources.get("engine", {})
-        nodes = fleet.resources.get("node", {})
+        engines = self._engines = fleet.resources.get("engine", {})
+        nodes = self._nodes = fleet.resources.get("node", {})
         if applied.reset:
             self._rebuild(engines, nodes)
             return None
         touched_nodes: set[str] = set()
         changed: set[str] = set()
         moved = False  # the order may have changed
+        patched = applied.patched
         for kind, key in applied.changed:
             if kind == "engine":
-                moved |= self._put_engine(key, engines.get(key), nodes, changed, touched_nodes)
+                fields = patched.get((kind, key))
+                if fields is not None and fields <= FIGURE_FIELDS and key in self._rows and key in engines:
+                    moved |= self._figures_changed(key, engines[key])
+                    changed.add(key)
+                else:
+                    moved |= self._put_engine(key, engines.get(key), nodes, changed, touched_nodes)
             elif kind == "node":
-                touched_nodes.add(key)
+                fields = patched.get((kind, key))
+                if fields is None or not fields.isdisjoint(NODE_ROW_FIELDS):
+                    touched_nodes.add(key)
         for name in touched_nodes:
             moved |= self._refresh_node(name, engines, nodes.get(name), changed)
         if moved:
@@ -250,28 +335,39 @@ class FleetRows:
         return changed
 
     def _rebuild(self, engines: Mapping[str, Any], nodes: Mapping[str, Any]) -> None:
-        self.rows.clear()
+        self._rows.clear()
+        self._stale.clear()
+        self._name_order = None
         self._engines_of.clear()
         for key, raw in engines.items():
             row = engine_row(key, raw, nodes.get(str(raw.get("node", ""))))
-            self.rows[key] = row
+            self._rows[key] = row
             self._engines_of.setdefault(row.node, set()).add(key)
         for name, node in nodes.items():
             if not self._engines_of.get(name):
-                self.rows[f"{name}/"] = node_row(name, node)
+                self._rows[f"{name}/"] = node_row(name, node)
         self._reorder()
+
+    def _figures_changed(self, key: str, raw: Mapping[str, Any]) -> bool:
+        """Only an engine's figures changed: mark its row stale, keep its sort figure current; whether the
+        order may have moved."""
+        self._stale.add(key)
+        column = self.sort_column
+        return column in FIGURE_COLUMNS and refresh_figure(self._rows[key], column, raw)
 
     def _put_engine(self, key: str, raw: Mapping[str, Any] | None, nodes: Mapping[str, Any], changed: set[str],
                     touched_nodes: set[str]) -> bool:
         """Follow one engine's change; whether the order may have moved."""
         changed.add(key)
-        old = self.rows.get(key)
+        self._stale.discard(key)
+        old = self._rows.get(key)
         node = None if raw is None else str(raw.get("node", ""))
-        if old is not None and raw is not None and old.node == node:  # the common case: its figures changed
-            row = self.rows[key] = engine_row(key, raw, nodes.get(node), old.names)
+        if old is not None and raw is not None and old.node == node:  # it stays on its node
+            row = self._rows[key] = engine_row(key, raw, nodes.get(node), old.names)
             return self._moved(old, row)
         if old is not None:  # gone, or moved to another node
-            del self.rows[key]
+            del self._rows[key]
+            self._name_order = None
             keys = self._engines_of.get(old.node)
             if keys is not None:
                 keys.discard(key)
@@ -279,9 +375,10 @@ class FleetRows:
                     touched_nodes.add(old.node)  # maybe a node-only row now
         if raw is None or node is None:
             return old is not None
-        row = self.rows[key] = engine_row(key, raw, nodes.get(node))
+        row = self._rows[key] = engine_row(key, raw, nodes.get(node))
+        self._name_order = None
         self._engines_of.setdefault(node, set()).add(key)
-        if self.rows.pop(f"{node}/", None) is not None:
+        if self._rows.pop(f"{node}/", None) is not None:
             changed.add(f"{node}/")
         return True
 
@@ -291,19 +388,23 @@ class FleetRows:
         moved = False
         keys = self._engines_of.get(name) or set()
         for key in keys:
-            old = self.rows[key]
+            old = self._rows[key]
             row = engine_row(key, engines[key], node, old.names)
-            self.rows[key] = row
+            self._rows[key] = row
+            self._stale.discard(key)
             changed.add(key)
             moved |= self._moved(old, row)
         own_key = f"{name}/"
-        old_own = self.rows.pop(own_key, None)
+        old_own = self._rows.pop(own_key, None)
         if not keys and node is not None:
             row = node_row(name, node)
-            self.rows[own_key] = row
+            self._rows[own_key] = row
+            if old_own is None:
+                self._name_order = None
             changed.add(own_key)
             return True if old_own is None else (moved or self._moved(old_own, row))
         if old_own is not None:
+            self._name_order = None
             changed.add(own_key)
             return True
         return moved
@@ -317,11 +418,12 @@ class FleetRows:
 
     def counts(self) -> tuple[int, int]:
         """(rows shown, rows in all)."""
-        return len(self.order), len(self.rows)
+        return len(self.order), len(self._rows)
 
     def cells(self, key: str, fitted: Sequence[Fitted]) -> tuple[list[str], str]:
         """The cells of row `key` for `fitted` columns, and its tone."""
-        row = self.rows[key]
+        row = self.row(key)
+        assert row is not None, key
         return [self._cell(row, f) for f in fitted], row.tone
 
     @staticmethod
@@ -355,7 +457,7 @@ class FleetRows:
     def wanted_widths(self) -> dict[str, int]:
         """The widths the name columns' contents need (longest value, and the label)."""
         wanted = {"node": 4, "engine": 6, "class": 5, "drift": 5}
-        for row in self.rows.values():
+        for row in self._rows.values():  # names only: a stale row's are current
             wanted["node"] = max(wanted["node"], len(row.node) + (2 if row.cordoned else 0))
             wanted["engine"] = max(wanted["engine"], len(row.engine))
             wanted["class"] = max(wanted["class"], len(row.class_ref))

@@ -30,12 +30,14 @@ def engine_figures(raw: Mapping[str, Any]) -> tuple[float, float, float, float]:
     metrics = raw.get("metrics") or {}
     rates = raw.get("rates") or {}
     running, waiting = metrics.get("num_requests_running"), metrics.get("num_requests_waiting")
-    queue = NAN if running is None and waiting is None else float(running or 0) + float(waiting or 0)
+    queue = NAN if running is None and waiting is None else _float(running or 0) + _float(waiting or 0)
     return (_float(rates.get("ttft_s")), _float(rates.get("itl_s")), queue,
             _float(metrics.get("kv_cache_usage_perc")))
 
 
 def _float(value: Any) -> float:
+    if type(value) is float:  # the common case first: this runs for 4 figures of every engine each second
+        return value
     try:
         return NAN if value is None else float(value)
     except (TypeError, ValueError):
@@ -43,25 +45,27 @@ def _float(value: Any) -> float:
 
 
 class Ring:
-    """The last SAMPLES values of one engine's series (4 series side by side), oldest overwritten."""
+    """The last SAMPLES values of one engine's 4 series, in one array (series i at i * SAMPLES), oldest
+    overwritten."""
 
     __slots__ = ("values", "head", "size")
 
     def __init__(self) -> None:
-        self.values = [array("f", [NAN]) * SAMPLES for _ in SERIES]
+        self.values = array("f", [NAN]) * (SAMPLES * len(SERIES))
         self.head = 0  # where the next sample goes
         self.size = 0
 
-    def push(self, figures: tuple[float, ...]) -> None:
-        for series, value in zip(self.values, figures):
-            series[self.head] = value
-        self.head = (self.head + 1) % SAMPLES
-        self.size = min(self.size + 1, SAMPLES)
+    def push(self, figures: tuple[float, float, float, float]) -> None:
+        values, head = self.values, self.head
+        values[head], values[SAMPLES + head], values[2 * SAMPLES + head], values[3 * SAMPLES + head] = figures
+        self.head = head + 1 if head + 1 < SAMPLES else 0
+        if self.size < SAMPLES:
+            self.size += 1
 
     def series(self, index: int) -> list[float]:
-        values = self.values[index]
+        values, offset = self.values, index * SAMPLES
         start = (self.head - self.size) % SAMPLES
-        return [values[(start + i) % SAMPLES] for i in range(self.size)]
+        return [values[offset + (start + i) % SAMPLES] for i in range(self.size)]
 
 
 class EngineHistory:
@@ -79,11 +83,18 @@ class EngineHistory:
                 del self._rings[key]
             self._sample(engines, engines.keys())
             return
-        changed = [key for kind, key in applied.changed if kind == "engine"]
-        for key in changed:
-            if key not in engines:
-                self._rings.pop(key, None)
-        self._sample(engines, (key for key in changed if key in engines))
+        rings = self._rings
+        for kind, key in applied.changed:
+            if kind != "engine":
+                continue
+            raw = engines.get(key)
+            if raw is None:
+                rings.pop(key, None)
+                continue
+            ring = rings.get(key)
+            if ring is None:
+                ring = rings[key] = Ring()
+            ring.push(engine_figures(raw))
 
     def _sample(self, engines: Mapping[str, Mapping[str, Any]], keys: Iterable[str]) -> None:
         for key in keys:

@@ -114,10 +114,17 @@ def heading(view: dict[str, Any]) -> str:
     return "\n".join(lines) + drift_line(int(pulse.get("drifted") or 0))
 
 
+def _ttft(pulse: dict[str, Any]) -> str:
+    """The gateways' quantiles (streams); without streams in the window, the engines' mean of every request."""
+    if pulse.get("ttft_p50_s") is None and pulse.get("ttft_engines_s") is not None:
+        return f"TTFT mean {_s(pulse.get('ttft_engines_s'))} (engines)"
+    return f"TTFT p50 {_s(pulse.get('ttft_p50_s'))} p90 {_s(pulse.get('ttft_p90_s'))}"
+
+
 def pulse_line(pulse: dict[str, Any]) -> str:
     figures = [
         f"{_n(pulse.get('requests_s'))} req/s", f"{_n(pulse.get('tokens_s'))} tok/s",
-        f"TTFT p50 {_s(pulse.get('ttft_p50_s'))} p90 {_s(pulse.get('ttft_p90_s'))}",
+        _ttft(pulse),
         f"ITL p90 {_s(pulse.get('itl_p90_s'))}", f"{_n(pulse.get('rejections_s'))} rejected/s",
         f"prefix hits {_percent(pulse.get('prefix_hit_rate'))}",
         f"routing table {_s(pulse.get('routing_table_age_s'))} old",

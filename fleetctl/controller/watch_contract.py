@@ -83,6 +83,9 @@ class PulseView(ResponseModel):
     tokens_s: float | None = Field(default=None, description="tokens per second served, all engines")
     ttft_p50_s: float | None = Field(default=None, description="TTFT p50 at the gateways")
     ttft_p90_s: float | None = Field(default=None, description="TTFT p90 at the gateways")
+    ttft_engines_s: float | None = Field(default=None, description="mean TTFT at the engines, of every request "
+                                         "(the gateways' quantiles count streams only: a non-streamed answer's "
+                                         "first token is not seen there)")
     itl_p90_s: float | None = Field(default=None, description="inter-token latency p90 at the gateways")
     rejections_s: float | None = Field(default=None, description="requests the gateways rejected per second")
     prefix_hit_rate: float | None = Field(default=None, description="prefix-cache hits over queries, all engines")

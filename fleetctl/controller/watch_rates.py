@@ -167,6 +167,7 @@ def pulse(now: datetime, nodes: Sequence[Mapping[str, Any]], engines: Sequence[M
         ttft_p50_s=_quantile([w.served.ttft for w in gateway_windows], 0.5),
         ttft_p90_s=_quantile([w.served.ttft for w in gateway_windows], 0.9),
         itl_p90_s=_quantile([w.served.itl for w in gateway_windows], 0.9),
+        ttft_engines_s=ratio(_sum_ratios(w.ttft for w in engine_windows)),
         tokens_s=_sum_of_rates((w.tokens, w.seconds) for w in engine_windows if w.tokens is not None),
         prefix_hit_rate=ratio(_sum_ratios(w.prefix for w in engine_windows), upper=1.0),
         routing_table_age_s=max(live_ages) if live_ages else None,

@@ -123,3 +123,10 @@ def test_watch_tables_are_drawn_over_each_other_on_a_terminal(capsys: pytest.Cap
                         terminal=True) == ExitCode.OK
     out = capsys.readouterr().out
     assert out.startswith("\x1b[H\x1b[2Jcontroller: ?") and "n1" in out and "GATEWAYS: none" in out
+
+
+def test_the_pulse_line_shows_the_engines_mean_ttft_when_no_gateway_saw_a_stream() -> None:
+    from fleetctl.cli.status_watch import pulse_line
+
+    assert "TTFT mean 250ms (engines)" in pulse_line({"ttft_engines_s": 0.25})
+    assert "TTFT p50 120ms p90 340ms" in pulse_line({"ttft_p50_s": 0.12, "ttft_p90_s": 0.34, "ttft_engines_s": 0.25})

@@ -49,3 +49,19 @@ def test_applying_the_changes_gives_the_published_state() -> None:
     state.apply(WatchSnapshot(token="e-0", at="t", ping_s=2.0, resources=old))  # type: ignore[arg-type]
     state.apply(WatchDelta.model_validate({"token": "e-1", "at": "t", "changes": changes}))
     assert state.resources["node"] == published["node"]
+
+
+def test_a_patch_updates_the_state_but_not_the_messages_it_came_from() -> None:
+    snapshot = WatchSnapshot(token="e-0", at="t", ping_s=2.0, resources={"node": {"n1": dict(NODE)}})
+    put = WatchDelta.model_validate({"token": "e-1", "at": "t", "changes": [
+        {"kind": "node", "key": "n2", "op": "put", "value": {**NODE, "name": "n2"}}]})
+    state = FleetState()
+    state.apply(snapshot)
+    state.apply(put)
+    applied = state.apply(WatchDelta.model_validate({"token": "e-2", "at": "t", "changes": [
+        {"kind": "node", "key": "n1", "op": "patch", "value": {"state": "down"}},
+        {"kind": "node", "key": "n2", "op": "patch", "value": {"cordoned": True}}]}))
+    assert state.resources["node"]["n1"]["state"] == "down" and state.resources["node"]["n2"]["cordoned"] is True
+    assert snapshot.resources["node"]["n1"]["state"] == "up"  # the snapshot's own value is left as it came
+    assert put.changes[0].value is not None and put.changes[0].value["cordoned"] is False
+    assert applied.patched == {("node", "n1"): {"state"}, ("node", "n2"): {"cordoned"}}

@@ -120,3 +120,11 @@ def test_a_pulse_with_nothing_measured_yet_says_none_not_zero() -> None:
     assert (view.window_s, view.routing_table_age_s, view.nodes) == (None, None, 0)
     unmeasured = engine_window(Reading(at(0), counters(10)), Reading(at(10), counters(5)))  # restarted
     assert pulse(at(0), [], [], [unmeasured], [], [], {}).tokens_s is None
+
+
+def test_the_pulse_keeps_the_engines_mean_ttft_of_every_request() -> None:
+    e1 = engine_window(Reading(at(0), counters()), Reading(at(10), counters(ttft=(3.0, 10))))
+    e2 = engine_window(Reading(at(0), counters()), Reading(at(10), counters(ttft=(1.0, 30))))
+    view = pulse(at(10), NODES, ENGINES, [e1, e2], [], [], {})
+    assert view.ttft_engines_s == pytest.approx(0.1)  # 4 s over 40 requests, weighted by requests
+    assert view.ttft_p50_s is None  # no gateway saw a stream

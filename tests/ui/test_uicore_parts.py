@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from uicore_data import NOW, change, delta, metrics_delta, small_fleet
+from uicore_data import NOW, change, delta, engine, metrics_delta, small_fleet
 
 from fleetctl.controller.watch_contract import PulseView, WatchPing
 from fleetctl.watch_client import Disconnected
@@ -31,6 +31,14 @@ def test_header_pieces_and_none_as_a_dash() -> None:
     text = " ".join(f"{p.label} {p.value}" for p in pieces(PulseState(pulse=pulse)))
     assert "req/s —" in text and "TTFT p50 — p90 —" in text and "frozen: n/a" in text and "flags: none" in text
     assert next(p for p in pieces(PulseState(pulse=pulse)) if p.label == "nodes").tone == "alert"
+
+
+def test_header_ttft_falls_back_to_the_engines_mean_without_streams() -> None:
+    def ttft(**figures: float) -> str:
+        return next(p.value for p in pieces(PulseState(pulse=PulseView(at="x", **figures))) if p.label == "TTFT")
+
+    assert ttft(ttft_engines_s=0.25) == "mean 250ms (engines)"
+    assert ttft(ttft_p50_s=0.12, ttft_p90_s=0.34, ttft_engines_s=0.25) == "p50 120ms p90 340ms"
 
 
 def test_header_stale_piece_comes_first() -> None:
@@ -92,3 +100,14 @@ def test_inbox_wakes_only_when_it_was_empty() -> None:
     assert inbox.put(1) and not inbox.put(2)
     assert inbox.take() == [1, 2] and len(inbox) == 0
     assert inbox.put(3)
+
+
+def test_a_burst_stays_patched_only_where_every_message_patched() -> None:
+    fleet = FleetState()
+    apply_batch(fleet, [small_fleet()], None)
+    put = delta(change("engine", "node-1/e-2", engine("node-1", "e-2"), op="put"), token="e1-4")
+    batch = apply_batch(fleet, [metrics_delta("node-1/e-1", 1, "e1-2"), metrics_delta("node-1/e-2", 2, "e1-3"), put],
+                        None)
+    assert batch.applied is not None
+    assert batch.applied.patched == {("engine", "node-1/e-1"): {"metrics", "rates"}}
+

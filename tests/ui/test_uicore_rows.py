@@ -103,3 +103,54 @@ def test_cells_at_80_and_200_columns() -> None:
 def test_drift_reads_the_fields() -> None:
     _, rows = rows_of()
     assert rows.rows["node-10/e-6"].drift == (DRIFT[0]["field"],)
+
+
+def test_a_figures_only_change_shows_its_figures_when_the_row_is_read() -> None:
+    fleet, rows = rows_of()
+    wide = fit(COLUMNS, 197, rows.wanted_widths())
+    applied = fleet.apply(delta(change("engine", "node-1/e-1", {
+        "metrics": {"num_requests_running": 7, "num_requests_waiting": 3, "kv_cache_usage_perc": 0.5},
+        "rates": {"window_s": 1.0, "ttft_s": 0.333, "itl_s": 0.044, "prefix_hit_rate": 0.75}})))
+    assert applied.patched[("engine", "node-1/e-1")] == {"metrics", "rates"}
+    assert rows.update(fleet, applied) == {"node-1/e-1"}
+    text = line(wide, rows.cells("node-1/e-1", wide)[0])
+    assert "7/3" in text and "50%" in text and "333ms" in text and "44ms" in text and "75%" in text
+    assert rows.rows["node-1/e-1"].ttft == 0.333
+
+
+def test_a_stale_row_sorts_by_its_current_figures_after_a_sort_change() -> None:
+    fleet, rows = rows_of()  # sorted by node: a figures-only change leaves the order alone
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-10/e-6", {
+        "metrics": {"num_requests_running": 0, "num_requests_waiting": 0, "kv_cache_usage_perc": 0.999}}))))
+    rows.set_sort("kv", reverse=True)
+    assert rows.order[0] == "node-10/e-6"
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-10/e-6", {
+        "metrics": {"num_requests_running": 0, "num_requests_waiting": 0, "kv_cache_usage_perc": 0.0}}))))
+    assert rows.order[-1] != "node-10/e-6" and rows.order.index("node-10/e-6") > 0  # moved down at once
+
+
+def test_a_node_heartbeat_moves_no_row_but_its_state_does() -> None:
+    fleet, rows = rows_of()
+    assert rows.update(fleet, fleet.apply(delta(change("node", "node-1", {"heartbeat_age_s": 2.0})))) == set()
+    changed = rows.update(fleet, fleet.apply(delta(change("node", "node-1", {"cordoned": True}))))
+    assert changed == {"node-1/e-1", "node-1/e-2"} and rows.rows["node-1/e-1"].cordoned
+
+
+def test_a_put_after_a_patch_in_one_delta_is_not_a_patch() -> None:
+    fleet, _ = rows_of()
+    applied = fleet.apply(delta(change("engine", "node-1/e-1", {"rates": {}}),
+                                change("engine", "node-1/e-1", engine("node-1", "e-1", state="failed"), op="put"),
+                                change("engine", "node-1/e-2", {"rates": {}}),
+                                change("engine", "node-1/e-2", {"restarts": 2})))
+    assert ("engine", "node-1/e-1") not in applied.patched
+    assert applied.patched[("engine", "node-1/e-2")] == {"rates", "restarts"}
+
+
+def test_an_engine_replaced_by_a_put_rebuilds_its_whole_row() -> None:
+    fleet, rows = rows_of()
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-1/e-1", {"rates": {"ttft_s": 0.9}}))))
+    rows.update(fleet, fleet.apply(delta(change("engine", "node-1/e-1", engine("node-1", "e-1", state="failed"),
+                                                 op="put"))))
+    assert rows.rows["node-1/e-1"].state == "failed" and rows.rows["node-1/e-1"].tone == ERROR
+    rows.set_filter("state:failed")
+    assert "node-1/e-1" in rows.order

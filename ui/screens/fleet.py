@@ -125,7 +125,7 @@ class FleetScreen(BaseScreen):
 
     def selected(self) -> FleetRow | None:
         key = self.table.cursor_key
-        return None if key is None else self.rows.rows.get(key)
+        return None if key is None else self.rows.row(key)
 
     def on_virtual_table_selected(self, message: VirtualTable.Selected) -> None:
         message.stop()

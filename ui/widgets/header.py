@@ -55,7 +55,7 @@ def pieces(state: PulseState) -> list[Piece]:
     return head + [
         Piece("req/s", fmt.rate(pulse.requests_s)),
         Piece("tok/s", fmt.rate(pulse.tokens_s)),
-        Piece("TTFT", f"p50 {fmt.seconds(pulse.ttft_p50_s)} p90 {fmt.seconds(pulse.ttft_p90_s)}"),
+        _ttft(pulse),
         Piece("ITL", f"p90 {fmt.seconds(pulse.itl_p90_s)}"),
         Piece("rej/s", fmt.rate(pulse.rejections_s), "warn" if (pulse.rejections_s or 0) > 0 else "value"),
         Piece("prefix", fmt.percent(pulse.prefix_hit_rate)),
@@ -69,6 +69,13 @@ def pieces(state: PulseState) -> list[Piece]:
         Piece("flags:", _flags(pulse.flags)),
         *state.extra,
     ]
+
+
+def _ttft(pulse: PulseView) -> Piece:
+    """The gateways' quantiles (streams); without streams in the window, the engines' mean of every request."""
+    if pulse.ttft_p50_s is None and pulse.ttft_engines_s is not None:
+        return Piece("TTFT", f"mean {fmt.seconds(pulse.ttft_engines_s)} (engines)")
+    return Piece("TTFT", f"p50 {fmt.seconds(pulse.ttft_p50_s)} p90 {fmt.seconds(pulse.ttft_p90_s)}")
 
 
 def _connection(state: PulseState) -> list[Piece]:
