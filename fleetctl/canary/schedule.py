@@ -23,9 +23,13 @@ reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would 
 intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
 with it. The floor comes first: every live revision gets at least one pinned probe per `floor_interval_s`
 (its batch conditions in turn, so each condition's stream at most len(conditions) x floor_interval_s apart),
-every model a production probe per `floor_interval_s`, and what that costs is set aside. The production streams
-(the mixture users get, the only path that sees a misroute) get at least `production_share` of what is left,
-and all they want when the others leave room; the urgent streams get the rest first, stretched (up to their
+every model a production probe per `floor_interval_s`, and what that costs is set aside. The urgent streams
+claim up to `urgent_share` of what is left first: a revision serving users with no verdict yet, or a stream
+whose bad probe is not yet explained away, is where a probe buys the most (a fault visible only at batch 4,
+on one engine, shows in no other stream), and a healthy fleet has no urgent stream, so this costs the
+production streams nothing then. The production streams (the mixture users get, the only path that sees a
+misroute as users do) get at least `production_share` of what is left after that claim, and all they want
+when the others leave room; the urgent streams get the rest of what they want next, stretched (up to their
 floor) to fit it, and the other pinned streams what the urgent ones leave. So probes stay within the budget
 whenever the budget can pay for the floor; when it cannot (an idle fleet, no capacity measured, or one too
 small for its revisions), the floor is spent anyway, since idle capacity costs nobody anything and a revision
@@ -115,6 +119,7 @@ class ScheduleParams:
     conditions: tuple[int, ...] = BATCH_CONDITIONS
     urgent_interval_s: float = 15.0  # an urgent pinned stream's interval, before the budget stretches it
     production_share: float = 0.8  # the production streams' least part of what the floor leaves, when others want it
+    urgent_share: float = 0.5  # the urgent streams' first claim on what the floor leaves, before production's
 
 
 @dataclass(frozen=True)
@@ -239,8 +244,9 @@ def stream_urgency(state: StreamState | None, min_probes: int, bad_engine: str |
 
 
 def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetState:
-    """The floor first; then the production streams get at least `production_share` of what is left (all they
-    want when the others leave room); the urgent streams come next, and the other pinned streams last."""
+    """The floor first; then the urgent streams up to `urgent_share` of what is left; then the production
+    streams get at least `production_share` of what is left then (all they want when the others leave room);
+    the urgent streams get the rest of what they want next, and the other pinned streams what remains."""
     capacity = snapshot.busy_capacity
     recent_rate = snapshot.spent_tokens / params.budget_window_s
     share = recent_rate / capacity if capacity > 0 else 0.0
@@ -252,11 +258,14 @@ def budget_state(snapshot: ScheduleSnapshot, params: ScheduleParams) -> BudgetSt
     left = allowed - sum(cost(group, math.inf) for group in (production, urgent, pinned))
     wanted = {name: cost(group, 1.0) - cost(group, math.inf)
               for name, group in (("production", production), ("urgent", urgent), ("pinned", pinned))}
-    others = wanted["urgent"] + wanted["pinned"]
+    urgent_first = min(wanted["urgent"], params.urgent_share * max(left, 0.0))
+    left -= urgent_first
+    others = wanted["urgent"] - urgent_first + wanted["pinned"]
     production_part = max(0.0, min(wanted["production"], max(params.production_share * left, left - others)))
     factor = fit_factor(production, cost(production, math.inf) + production_part)
     left -= production_part
-    urgent_factor = fit_factor(urgent, cost(urgent, math.inf) + max(left, 0.0))
+    urgent_factor = fit_factor(urgent, cost(urgent, math.inf) + urgent_first + max(left, 0.0))
+    left += urgent_first
     left -= cost(urgent, urgent_factor) - cost(urgent, math.inf)
     pinned_factor = fit_factor(pinned, cost(pinned, math.inf) + max(left, 0.0))
     return BudgetState(share=share, allowed=allowed, factor=factor, demand=cost(found, 1.0),

@@ -126,7 +126,7 @@ def schedule_params(settings: ControllerSettings) -> ScheduleParams:
         floor_interval_s=settings.canary_floor_interval_s, budget_share=settings.canary_budget_share,
         budget_window_s=settings.canary_budget_window_s, concurrency=settings.canary_concurrency,
         conditions=settings.batch_conditions, urgent_interval_s=settings.canary_urgent_interval_s,
-        production_share=settings.canary_production_share)
+        production_share=settings.canary_production_share, urgent_share=settings.canary_urgent_share)
 
 
 def probe_headers(settings: ControllerSettings) -> dict[str, str]:

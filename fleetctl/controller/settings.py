@@ -33,7 +33,8 @@ ENV_VARS = {
 # passes its environment on to the controller, which is how the demo compresses the probe intervals.
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
     "canary_budget_share", "canary_capacity_window_s", "canary_pinned_interval_s", "canary_production_interval_s",
-    "canary_floor_interval_s", "canary_urgent_interval_s", "canary_production_share", "canary_false_alarm_days",
+    "canary_floor_interval_s", "canary_urgent_interval_s", "canary_production_share",
+    "canary_urgent_share", "canary_false_alarm_days",
     "canary_shift", "canary_min_probes",
     "canary_recovery_probes", "canary_timeout_s", "canary_concurrency", "canary_webhook_url", "canary_batch_conditions")})
 ENV_VARS.update({name: f"FLEET_{name.upper()}" for name in (
@@ -92,11 +93,18 @@ class ControllerSettings(BaseModel):
     canary_urgent_interval_s: float = Field(
         default=15.0, gt=0, description="seconds between pinned probes of an urgent stream: one warming up (fewer "
         "than canary_min_probes scored probes: a new revision) or suspect (bad probes not yet explained away, or "
-        "an alarm in force; pinned to the engine that served the latest bad one); funded from what the floor and "
-        "the production streams leave, before the other pinned streams")
+        "an alarm in force; pinned to the engine that served the latest bad one); funded first, up to "
+        "canary_urgent_share of what the floor leaves, then from what the production streams leave, before the "
+        "other pinned streams")
     canary_production_share: float = Field(
         default=0.8, ge=0, le=1, description="the production streams' least share of the budget the floor leaves "
-        "when the pinned streams want more of it too (they get all they want when the others leave room)")
+        "when the pinned streams want more of it too, after the urgent streams' first claim (they get all they "
+        "want when the others leave room)")
+    canary_urgent_share: float = Field(
+        default=0.5, ge=0, le=1, description="the urgent streams' first claim on the budget the floor leaves, "
+        "before the production streams: a revision that serves users unmeasured (warming) or a stream with bad "
+        "probes not yet explained away (suspect) is where the evidence is; a healthy fleet has none, so the "
+        "production streams then get their full share")
     canary_false_alarm_days: float = Field(
         default=30.0, gt=0, description="target mean time between false alarms of one stream, probing at its "
         "configured interval; the tests' thresholds follow from it")

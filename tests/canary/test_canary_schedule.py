@@ -39,8 +39,10 @@ A, B = "chat@r1", "chat@r2"
 PROMPTS = tuple(PromptSlot(GoldenPrompt(id=f"p{i}", prompt="x" * 36, sampling=Sampling(max_tokens=10)), 10)
                 for i in range(3))
 PARAMS = ScheduleParams(pinned_interval_s=60.0, production_interval_s=5.0, floor_interval_s=120.0, budget_share=0.02,
-                        budget_window_s=300.0, concurrency=100, conditions=(1, 4), production_share=1.0)
-SPLIT = ScheduleParams(**{**PARAMS.__dict__, "production_share": 0.8})  # the default share
+                        budget_window_s=300.0, concurrency=100, conditions=(1, 4), production_share=1.0,
+                        urgent_share=0.0)
+SPLIT = ScheduleParams(**{**PARAMS.__dict__, "production_share": 0.8})  # the default production share
+DEFAULTS = ScheduleParams(**{**SPLIT.__dict__, "urgent_share": 0.5})  # and the default urgent share
 PROD = StreamKey("m", "production")
 
 
@@ -180,7 +182,7 @@ def planned_rate(capacity: float, revisions: dict[str, tuple[PromptSlot, ...]], 
                for s in streams(snapshot, params))
 
 
-@pytest.mark.parametrize("params", [PARAMS, SPLIT])
+@pytest.mark.parametrize("params", [PARAMS, SPLIT, DEFAULTS])
 @pytest.mark.parametrize("urgent", [{}, {pinned(A, 4): Urgency("suspect", "e1")},
                                     {pinned(A, 1): Urgency("warming"), pinned(A, 4): Urgency("warming")}])
 @pytest.mark.parametrize("revisions", [{A: PROMPTS}, {A: PROMPTS, B: PROMPTS}])
@@ -249,6 +251,29 @@ def test_at_the_default_share_urgent_streams_keep_a_fifth_of_what_the_floor_leav
     urgent = [s for s in found if s.key == pinned(A, 4)]
     assert cost(urgent, state.urgent_factor) == pytest.approx(B4 / 240 + 0.2 * left)
     assert 1.0 < state.factor < math.inf and state.pinned_factor == math.inf
+
+
+def test_at_the_default_shares_urgent_streams_claim_half_of_what_the_floor_leaves_first() -> None:
+    left = 2.0  # beyond the floor: the production stream wants 3.83, the urgent b4 stream (B4/15 - B4/240)
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + left) / 0.02
+    found = streams(snap(urgent=URGENT_B4), DEFAULTS)
+    urgent = [s for s in found if s.key == pinned(A, 4)]
+    production = [s for s in found if s.key == PROD]
+    urgent_wants = B4 / 15 - B4 / 240
+    state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), DEFAULTS)
+    claimed = min(urgent_wants, 0.5 * left)
+    assert cost(urgent, state.urgent_factor) == pytest.approx(B4 / 240 + claimed + 0.2 * (left - claimed))
+    assert cost(production, state.factor) == pytest.approx(20 / 120 + 0.8 * (left - claimed))
+    # no urgent stream: the production stream gets its 80% of all that is left, as before
+    calm = budget_state(snap(busy_capacity=capacity), DEFAULTS)
+    assert cost(production, calm.factor) == pytest.approx(20 / 120 + 0.8 * left)
+
+
+def test_an_urgent_claim_it_does_not_need_goes_to_the_others() -> None:
+    left = 50.0  # far more than the urgent b4 stream wants
+    capacity = (PINNED_AT_FLOOR + 20 / 120 + left) / 0.02
+    state = budget_state(snap(busy_capacity=capacity, urgent=URGENT_B4), DEFAULTS)
+    assert state.urgent_factor == 1.0 and state.factor == 1.0 and state.pinned_factor == 1.0
 
 
 def test_a_suspect_stream_is_pinned_to_the_engine_of_its_bad_probe_while_it_is_ready() -> None:
