@@ -70,7 +70,6 @@ class RoleLearned(Message):
         self.role = role
 
 
-
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """No garbage collection inside the block (what it allocates is counted, and collected after it)."""
@@ -81,6 +80,7 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
 
 class FleetApp(App[None]):
     CSS_PATH = "fleet.tcss"

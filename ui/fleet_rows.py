@@ -11,9 +11,7 @@ state or filter match, and the sort column's figure is kept current at once.
     rows.order                              # the keys shown, in order
     rows.cells(key, fitted)                 # the cells of one row for the fitted columns
 
-Filter (`/`): space-separated terms, all of which must match; a plain term matches the node, engine,
-model, role, class or state; `field:text` matches one field (node, engine, model, role, class, state);
-`!term` excludes. Matching is case-insensitive substring.
+The `/` filter's terms are ui/fleet_filter.py's.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from typing import Any
 from fleetctl.watch_state import Applied, FleetState
 from ui import format as fmt
 from ui.columns import Column, Fitted
+from ui.fleet_filter import Term, parse_filter
 
 # Display order. Priorities: what an 80-column terminal keeps (0, 1, then 2 as room allows).
 COLUMNS: tuple[Column, ...] = (
@@ -47,7 +46,6 @@ COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 # shift+letter sorts by a column (pressed again: reversed)
 SORT_LETTERS = {"N": "node", "E": "engine", "R": "role", "C": "class", "S": "state", "Q": "queue", "K": "kv",
                 "H": "hit", "T": "ttft", "I": "itl"}
-FILTER_FIELDS = ("node", "engine", "model", "role", "class", "state")
 FIELD_ATTRIBUTES = {"node": "node", "engine": "engine", "model": "model", "role": "role", "class": "class_ref",
                     "state": "state"}
 
@@ -196,33 +194,6 @@ def _int(value: Any) -> int | None:
     return None if number is None else int(number)
 
 
-# --- filter ---
-
-@dataclass(frozen=True)
-class Term:
-    field: str | None  # None: any field
-    text: str
-    negated: bool = False
-
-    def matches(self, row: FleetRow) -> bool:
-        fields = FILTER_FIELDS if self.field is None else (self.field,)
-        found = any(self.text in row.field(name).lower() for name in fields)
-        return found != self.negated
-
-
-def parse_filter(text: str) -> tuple[Term, ...]:
-    terms = []
-    for word in text.lower().split():
-        negated = word.startswith("!")
-        word = word[1:] if negated else word
-        field, _, value = word.partition(":")
-        if value and field in FILTER_FIELDS:
-            terms.append(Term(field, value, negated))
-        elif word:
-            terms.append(Term(None, word, negated))
-    return tuple(terms)
-
-
 # --- the rows ---
 
 class FleetRows:
@@ -280,8 +251,8 @@ class FleetRows:
         known: list[tuple[Any, str]] = []
         unknown: list[str] = []
         # Walked in name order, and the sort is stable (reversed too): ties stay in name order either way.
-        value_of = operator.attrgetter(column) if column in ("kv", "hit", "ttft", "itl") else (
-            lambda row: row.sort_value(column))
+        value_of = operator.attrgetter(column) if column in FIGURE_COLUMNS and column != "queue" else (
+            lambda row: row.sort_value(column))  # one attribute (the per-second case), else the general rule
         for row in self._in_name_order():
             if self._terms and not self.shown(row):
                 continue

@@ -6,7 +6,8 @@ from uicore_data import DRIFT, change, delta, engine, node, small_fleet
 
 from fleetctl.watch_state import FleetState
 from ui.columns import fit, line
-from ui.fleet_rows import COLUMNS, DRAINING, DRIFTED, ERROR, NORMAL, PENDING, FleetRows, natural, parse_filter
+from ui.fleet_filter import parse_filter
+from ui.fleet_rows import COLUMNS, DRAINING, DRIFTED, ERROR, NORMAL, PENDING, FleetRows, natural
 
 
 def rows_of(snapshot=None) -> tuple[FleetState, FleetRows]:
