@@ -39,6 +39,10 @@ measured rate is what `BudgetState.share` reports (fleet_canary_probe_share).
 
 Order. At most `concurrency` probes are in flight; a stream with no free slot is not planned again. Of the streams
 due, the production streams go first (the path users see), then the most overdue (never probed first).
+An engine serves one pinned probe at a time (`busy_engines`, and one per engine in a plan): a batch-1 probe
+sent beside a batch-4 one to the same engine would run in one batch of 5, so neither would measure its
+condition; the stream less overdue waits for the next turn. A revision's pinned streams start their walk of
+its engines at different engines (`Stream.lane`), so with as many engines as conditions they do not wait.
 """
 
 from __future__ import annotations
@@ -103,6 +107,8 @@ class ScheduleSnapshot:
     busy_capacity: float = 0.0  # the fleet's busy capacity, served tokens/s; 0: not measured (idle)
     in_flight: frozenset[StreamKey] = frozenset()  # streams with no free slot (a pinned one: its one probe)
     in_flight_count: int | None = None  # probes in flight in all; None: len(in_flight)
+    # engines serving a pinned probe now: a second pinned probe there would raise the batch both measure
+    busy_engines: frozenset[str] = frozenset()
     # pinned streams that are urgent (stream_urgency); absent: not urgent. A pinned stream with no stored
     # state at all is warming: the reconciler marks it so
     urgent: Mapping[StreamKey, Urgency] = field(default_factory=dict)
@@ -166,6 +172,9 @@ class Stream:
     interval_s: float  # configured (urgent_interval_s while urgent), before the budget stretches it
     floor_s: float  # the longest the budget may stretch it to (floor_interval)
     urgent: Urgency | None = None
+    # a pinned stream's place among its revision's: it starts its walk of the engines there, so the
+    # revision's streams are on different engines at one time (one pinned probe per engine: plan)
+    lane: int = 0
 
     @property
     def fillers(self) -> int:
@@ -217,10 +226,10 @@ def streams(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[Stream]:
         for ref, prompts in live.items():
             keys = revision_keys(target, ref, params)
             floor_s = params.floor_interval_s * len(keys)
-            for key in keys:
+            for lane, key in enumerate(keys):
                 urgent = snapshot.urgent.get(key)
                 interval = min(params.urgent_interval_s, params.pinned_interval_s) if urgent else params.pinned_interval_s
-                found.append(Stream(key, prompts, interval, floor_s, urgent))
+                found.append(Stream(key, prompts, interval, floor_s, urgent, lane))
     return sorted(found, key=lambda s: _order_key(s.key))
 
 
@@ -338,7 +347,21 @@ def plan(snapshot: ScheduleSnapshot, params: ScheduleParams) -> list[PlannedProb
         if overdue is not None:
             due.append((stream, overdue))
     due.sort(key=lambda item: (item[0].key.kind != "production", -item[1], _order_key(item[0].key)))
-    return [_planned(snapshot, stream) for stream, _ in due[:free]]
+    chosen: list[PlannedProbe] = []
+    engines = set(snapshot.busy_engines)
+    for stream, _ in due:
+        if len(chosen) >= free:
+            break
+        probe = _planned(snapshot, stream)
+        if probe.kind == "pinned" and probe.engine is not None:
+            # one pinned probe per engine at a time: a class's batch-1 and batch-4 probes sent together to
+            # one engine would run as one batch of 5, so neither would measure its condition. The one
+            # less overdue waits for the next turn.
+            if probe.engine in engines:
+                continue
+            engines.add(probe.engine)
+        chosen.append(probe)
+    return chosen
 
 
 def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> float | None:
@@ -375,13 +398,15 @@ def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
     key = stream.key
     return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, fillers=stream.fillers,
                         prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers),
-                        engine=pinned_engine(snapshot, key, index, stream.urgent))
+                        engine=pinned_engine(snapshot, key, index, stream.urgent, stream.lane))
 
 
-def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent: Urgency | None = None) -> str | None:
+def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent: Urgency | None = None,
+                  lane: int = 0) -> str | None:
     """A pinned probe walks its revision's engines with its prompts (the i-th prompt of the rotation goes to
-    engine i mod n): prefix-cache locality would otherwise send a golden prompt to the engine that has it
-    cached every time, and a fault on another engine of the class would go unseen. A suspect stream goes to
+    engine (i + lane) mod n, `lane` the stream's place among its revision's): prefix-cache locality would
+    otherwise send a golden prompt to the engine that has it cached every time, and a fault on another
+    engine of the class would go unseen. A suspect stream goes to
     the engine of its latest bad probe while that engine is ready: a fault on one engine of several then
     shows in every probe rather than in one of n (healthy engines share the class's noise, so where the
     probes go does not change the false-alarm rate). None on the production path (routed as users are) or
@@ -392,7 +417,7 @@ def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent
     engines = target.engines.get(key.class_ref, ()) if target is not None else ()
     if urgent is not None and urgent.engine in engines:
         return urgent.engine
-    return engines[index % len(engines)] if engines else None
+    return engines[(index + lane) % len(engines)] if engines else None
 
 
 def _order_key(key: StreamKey) -> tuple[str, str, str, int]:

@@ -239,6 +239,8 @@ class StreamState(BaseModel):
     trend: list[float] = Field(default_factory=list, description="the divergence statistic (count units) after "
                                "each probe in `recent`")
     clean_run: int = Field(default=0, ge=0, description="consecutive good scored probes (recovery after an alarm)")
+    recovered_at_probe: int = Field(default=0, ge=0, description="the probe whose good run last ended an alarm: "
+                                    "the bad probes up to it belong to an incident the stream recovered from")
     p0: float | None = Field(default=None, description="the divergence test's noise bound at the last fold")
     answer_p0: float | None = Field(default=None, description="the answer test's; None: no prompt takes part")
 

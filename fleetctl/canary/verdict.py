@@ -107,15 +107,17 @@ def _step(state: StreamState, probe: ProbeRecord, designs: StreamDesigns, min_pr
         answer = cusum.update(answer, score.answer_bad, designs.answer, probe.at)
     bad = score.diverged or score.answer_bad is True
     clean_run = 0 if bad else state.clean_run + 1
+    recovered_at_probe = state.recovered_at_probe
     if clean_run >= recovery_probes and (divergence.alarmed_at or answer.alarmed_at):
         divergence, answer = _cleared(divergence), _cleared(answer)
+        recovered_at_probe = probe.id or recovered_at_probe
     verdict = _verdict(divergence, answer, min_probes)
     recent = [*state.recent, probe.id or 0][-RECENT:]
     trend = [*state.trend, cusum.statistic(divergence, designs.divergence)][-RECENT:]
     return state.model_copy(update={
         "divergence": divergence, "answer": answer, "verdict": verdict, "last_probe_id": last,
         "since": probe.at if verdict != state.verdict else state.since, "recent": recent, "trend": trend,
-        "clean_run": clean_run})
+        "clean_run": clean_run, "recovered_at_probe": recovered_at_probe})
 
 
 def _cleared(state: CusumState) -> CusumState:
@@ -203,11 +205,13 @@ def stream_verdict(key: StreamKey, state: StreamState, designs: StreamDesigns | 
                    probes: Iterable[ProbeRecord]) -> StreamVerdict:
     """What the API serves of one stream. Without designs (no reference to judge it against) there is no
     evidence. While alarmed, a stream names what it blames: the production stream the class (and engine)
-    serving the bad answers; a pinned stream the engine of its class, when one engine served most of them."""
+    serving the bad answers; a pinned stream the engine of its class, when one engine served most of them.
+    The blame counts only the probes after the stream last recovered: the bad answers of an earlier incident
+    (still in the window) name what served them then, not what serves them now."""
     window = list(probes)
     blamed = None
     if state.verdict in ALARMS:
-        blamed = blame(window, state.p0 or 0.0)
+        blamed = blame([p for p in window if p.id is None or p.id > state.recovered_at_probe], state.p0 or 0.0)
     return StreamVerdict(
         model=key.model, kind=key.kind, class_ref=key.class_ref, condition=key.condition, verdict=state.verdict,
         since=state.since, evidence=evidence(state, designs, window) if designs is not None else None,

@@ -9,7 +9,9 @@ returns at once; each probe then runs as its own task:
    (`canary_refs.reference_for`), the score (`scoring.score_probe`), and one canary_probes row.
 A probe that failed (an error from the gateway, a timeout, an answer that cannot be scored) is still a row,
 with `error` set and no score: the verdicts skip it, and the history shows it.
-A stream stays in `in_flight` from `submit` until its row is stored, so the scheduler never plans it twice.
+A stream stays in `in_flight` from `submit` until its row is stored, so the scheduler never plans it twice;
+the engine a pinned probe is pinned to stays in `busy_engines` as long, so no second pinned probe joins
+its batch.
 `stop` cancels what is in flight and ends the thread (leadership lost, the runtime stopping); a later
 `submit` starts it again.
 
@@ -177,6 +179,7 @@ class ProbeExecutor:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight: Tally[StreamKey] = Tally()
+        self._engines: Tally[str] = Tally()  # pinned probes in flight per engine they are pinned to
         # The production stream may have several probes in flight, so its rate is not capped at one probe per
         # probe latency; a pinned stream has one (its fillers already make the batch it measures).
         self.production_slots = max(1, production_slots)
@@ -199,6 +202,11 @@ class ProbeExecutor:
         with self._lock:
             return sum(self._in_flight.values())
 
+    def busy_engines(self) -> frozenset[str]:
+        """The engines a pinned probe in flight is pinned to."""
+        with self._lock:
+            return frozenset(self._engines)
+
     def _slots(self, key: StreamKey) -> int:
         return self.production_slots if key.kind == "production" else 1
 
@@ -208,6 +216,7 @@ class ProbeExecutor:
         with self._lock:
             fresh = [(p, url) for p, url in probes if self._in_flight[p.stream] < self._slots(p.stream)]
             self._in_flight.update(p.stream for p, _ in fresh)
+            self._engines.update(p.engine for p, _ in fresh if _pins_engine(p))
         if not fresh:
             return started
         loop = self._ensure_running()
@@ -236,6 +245,7 @@ class ProbeExecutor:
         thread.join(timeout=STOP_TIMEOUT_S)
         with self._idle:
             self._in_flight.clear()
+            self._engines.clear()
             self._idle.notify_all()
 
     # --- inside the loop ---
@@ -293,6 +303,9 @@ class ProbeExecutor:
             with self._idle:
                 self._in_flight[planned.stream] -= 1
                 self._in_flight += Tally()  # drops the streams at zero
+                if _pins_engine(planned):
+                    self._engines[planned.engine] -= 1
+                    self._engines += Tally()
                 self._idle.notify_all()
 
     def _store(self, planned: PlannedProbe, output: ProbeOutput | None, error: str | None, at: datetime) -> None:
@@ -308,3 +321,7 @@ class ProbeExecutor:
             self.stored += 1
         if self.metrics is not None:
             self.metrics.count(record)
+
+
+def _pins_engine(planned: PlannedProbe) -> bool:
+    return planned.kind == "pinned" and planned.engine is not None

@@ -170,7 +170,7 @@ class CanaryProbeReconciler:
             now=now, enabled=probes_enabled(session), models=models,
             streams=load_history(probes, models, self._planned), spent_tokens=spent,
             busy_capacity=self.capacity.capacity(now), in_flight=self.executor.in_flight(),
-            in_flight_count=self.executor.in_flight_count(),
+            in_flight_count=self.executor.in_flight_count(), busy_engines=self.executor.busy_engines(),
             urgent=urgent_streams(session, models, self.params, self.min_probes))
         return CanaryProbeSnapshot(schedule, live_gateways(session, now),
                                    now - timedelta(seconds=self.retention_s))
@@ -238,7 +238,7 @@ def decide_probes(snapshot: CanaryProbeSnapshot, params: ScheduleParams) -> Cana
     paired = tuple((p, choose_gateway(snapshot.gateways, p, schedule)) for p in planned)
     next_index = {p.stream: schedule.streams.get(p.stream, StreamHistory()).next_index + 1 for p in planned}
     # as if what is in flight were done: each stream is next due at its interval after it was sent
-    after = replace(schedule, in_flight=frozenset(), in_flight_count=0,
+    after = replace(schedule, in_flight=frozenset(), in_flight_count=0, busy_engines=frozenset(),
                     streams={**schedule.streams, **{p.stream: StreamHistory(schedule.now, next_index[p.stream])
                                                     for p in planned}})
     return CanaryProbeDecision(paired, budget, requeue_after(after, params, bool(snapshot.gateways)),

@@ -1,7 +1,10 @@
 """Gateways' acknowledgements: each gateway reports the routing-table generation it applied after every
 refresh; the controller keeps the last report per gateway. A gateway not heard from for more than
 STALE_AFTER_INTERVALS of its refresh intervals is `stale` (gone, or cut off from the controller): it is
-listed, but not waited for.
+listed, but not waited for. A controller that has just started could not hear anyone while it was down,
+so to the reconcilers a gateway last heard before the controller started is waited for until
+RECONNECT_GRACE_S after that start (`is_awaited`): the gateway retries within its maximum backoff, and
+until it reports, the controller cannot know which routing table it applies.
 
 A report is an observation, like an agent heartbeat: not audited, and it changes nothing in the fleet.
 
@@ -24,6 +27,8 @@ from fleetctl.controller.rollout.state import Histogram, ServedByGateway, Served
 
 DEFAULT_REFRESH_INTERVAL_S = 2.0  # the gateway's own default (fleetctl/gateway/settings.py table_refresh_s)
 STALE_AFTER_INTERVALS = 3
+# the gateway's maximum backoff between table fetches (fleetctl/gateway/routing_table.py, 30 s) and a margin
+RECONNECT_GRACE_S = 40.0
 
 
 def report(session: Session, body: GatewayReport, reporter: str, now: datetime) -> Gateway:
@@ -77,6 +82,16 @@ def list_gateways(session: Session, now: datetime) -> list[dict[str, Any]]:
 
 def is_stale(seen_ago_s: float, refresh_interval_s: float) -> bool:
     return seen_ago_s > STALE_AFTER_INTERVALS * refresh_interval_s
+
+
+def is_awaited(last_seen_at: datetime, refresh_interval_s: float, now: datetime,
+               heard_since: datetime | None = None) -> bool:
+    """Whether a gateway's acknowledgement is waited for: it is not stale, or it was last heard before
+    `heard_since` (when this controller started listening) and the reconnect grace since then is not over."""
+    if not is_stale(max((now - last_seen_at).total_seconds(), 0.0), refresh_interval_s):
+        return True
+    return (heard_since is not None and last_seen_at < heard_since
+            and (now - heard_since).total_seconds() <= RECONNECT_GRACE_S)
 
 
 def gateway_view(row: Gateway, now: datetime) -> dict[str, Any]:

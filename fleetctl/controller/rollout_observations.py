@@ -3,10 +3,11 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
 
 - `weights`: the model's stored traffic policy; without one, every deployed revision equally (what the
   routing table says, views.routing_content);
-- `acknowledged`: every live (non-stale) gateway reports a routing generation at or past the one that
-  contains the current routing content. When the content has changed since the counter was last stamped
-  (routing_generation.py), no gateway can have applied it yet, so it is not acknowledged (the next
-  gateway refresh stamps it). No live gateway at all: nothing to wait for;
+- `acknowledged`: every awaited gateway (not stale, or cut off only while this controller was down:
+  gateways.is_awaited) reports a routing generation at or past the one that contains the current routing
+  content. When the content has changed since the counter was last stamped (routing_generation.py), no
+  gateway can have applied it yet, so it is not acknowledged (the next gateway refresh stamps it). No
+  awaited gateway at all: nothing to wait for;
 - `ready`: ready, routable, undrained engines per revision (traffic.ready_engines_by_role), each role
   counted up to what its deployments ask for (`ready >= desired` only when every role is ready);
 - `desired`: engines the model's deployments ask for, per revision (all roles);
@@ -29,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.controller import canary_streams, views
 from fleetctl.controller.drift import drifted_engines
-from fleetctl.controller.gateways import is_stale, served_by_gateway
+from fleetctl.controller.gateways import is_awaited, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState
 from fleetctl.controller.rollout.state import Observations
 from fleetctl.controller.routing_generation import ROW_ID, content_digest
@@ -77,9 +78,11 @@ def ready_toward_desired(ready: Mapping[tuple[str, str], int],
     return dict(counted)
 
 
-def routing_acknowledged(session: Session, now: datetime) -> bool:
+def routing_acknowledged(session: Session, now: datetime, heard_since: datetime | None = None) -> bool:
+    """`heard_since`: when the caller started listening to gateways (a reconciler's first run); a gateway
+    last heard before it is waited for a while longer (gateways.is_awaited)."""
     live = [g.generation for g in session.execute(select(Gateway)).scalars()
-            if not is_stale(max((now - g.last_seen_at).total_seconds(), 0.0), g.refresh_interval_s)]
+            if is_awaited(g.last_seen_at, g.refresh_interval_s, now, heard_since)]
     if not live:
         return True
     stamped = session.execute(

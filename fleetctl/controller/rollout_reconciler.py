@@ -105,11 +105,14 @@ class RolloutReport:
 class RolloutReconciler:
     name = ROLLOUTS
 
-    def __init__(self, interval_s: float):
+    def __init__(self, interval_s: float, heard_since: datetime | None = None):
         self.interval_s = interval_s  # seconds between runs when no transition asks for another time
+        # when this controller started: a gateway last heard before it may only have been cut off while the
+        # controller was down, so its acknowledgement is still waited for (gateways.is_awaited)
+        self.heard_since = heard_since
 
     def snapshot(self, session: Session, now: datetime) -> RolloutSnapshot:
-        return load_snapshot(session, now)
+        return load_snapshot(session, now, self.heard_since)
 
     def decide(self, snapshot: RolloutSnapshot, now: datetime) -> RolloutDecision:
         return decide_rollouts(snapshot, now)
@@ -121,11 +124,11 @@ class RolloutReconciler:
                       wake=bool(report.deployments))
 
 
-def load_snapshot(session: Session, now: datetime) -> RolloutSnapshot:
+def load_snapshot(session: Session, now: datetime, heard_since: datetime | None = None) -> RolloutSnapshot:
     rows = list(session.execute(select(Rollout).where(Rollout.active_model.is_not(None)).order_by(Rollout.id)).scalars())
     if not rows:
         return RolloutSnapshot(())
-    acknowledged = routing_acknowledged(session, now)  # one routing-table build for every rollout
+    acknowledged = routing_acknowledged(session, now, heard_since)  # one routing-table build for every rollout
     return RolloutSnapshot(tuple(
         RolloutItem(row.id, row.version, row.model, row.from_ref, row.to_ref, RolloutSpec.model_validate(row.spec),
                     RolloutState.from_json(row.state),

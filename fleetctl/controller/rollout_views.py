@@ -33,8 +33,10 @@ from fleetctl.controller.rollout.state import (
 from fleetctl.controller.rollout.view import GateView, MeasurementView, RolloutEventView, RolloutView, StepView
 
 
-def rollout_view(session: Session, row: Rollout, now: datetime) -> RolloutView:
-    observations = rollout_observations.observe(session, row.model, [row.from_ref, row.to_ref], now)
+def rollout_view(session: Session, row: Rollout, now: datetime, heard_since: datetime | None = None) -> RolloutView:
+    """`heard_since`: when the controller started (the acknowledgement waits as the reconciler's does)."""
+    acknowledged = rollout_observations.routing_acknowledged(session, now, heard_since)
+    observations = rollout_observations.observe(session, row.model, [row.from_ref, row.to_ref], now, acknowledged)
     return build_view(row, RolloutSpec.model_validate(row.spec), RolloutState.from_json(row.state), observations, now)
 
 

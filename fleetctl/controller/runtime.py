@@ -45,15 +45,15 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def default_reconcilers(settings: ControllerSettings, store: Store,
-                        metrics: ControllerMetrics | None = None) -> list[Reconciler[Any, Any, Any]]:
+def default_reconcilers(settings: ControllerSettings, store: Store, metrics: ControllerMetrics | None = None,
+                        started_at: datetime | None = None) -> list[Reconciler[Any, Any, Any]]:
     """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run.
     The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. Then
     drills (those whose time is up are ended), and the canary probe reconciler, which sends its probes from
     its own thread (canary_probes.py)."""
     return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
             CanaryVerdictReconciler(settings),
-            RolloutReconciler(settings.reconcile_interval_s),
+            RolloutReconciler(settings.reconcile_interval_s, heard_since=started_at),
             DrillReconciler(settings.reconcile_interval_s),
             CanaryProbeReconciler(settings, store, metrics)]
 
@@ -70,6 +70,9 @@ class ControllerRuntime:
         seconds) schedules the reconcilers and times their runs."""
         self.settings = settings
         self.clock = clock
+        # gateways last heard before this may only have been cut off while the controller was down: their
+        # acknowledgements are still waited for a while (gateways.is_awaited)
+        self.started_at = clock()
         self.store = Store.from_url(settings.database_url)
         self.election: LeaderElection = election_for(self.store.engine)
         self.env_token_sha256 = hash_token(settings.bootstrap_token) if settings.bootstrap_token else None
@@ -83,12 +86,12 @@ class ControllerRuntime:
         self._wake = threading.Event()  # set: a wake is pending (the runner takes it at its next pass)
         self.runner = ReconcileRunner(
             self.store, self.election,
-            default_reconcilers(settings, self.store, self.metrics) if reconcilers is None else reconcilers,
+            default_reconcilers(settings, self.store, self.metrics, self.started_at) if reconcilers is None else reconcilers,
             self.metrics, clock=clock, timer=timer, refresh=self.flush_heartbeats, wake=self._wake,
         )
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        self.watch = WatchHub(settings, self.store, clock, lambda: self.is_leader, timer)
+        self.watch = WatchHub(settings, self.store, clock, lambda: self.is_leader, timer, heard_since=self.started_at)
         self.metrics.watch_stream(self._watch_samples)
 
     @property

@@ -84,9 +84,11 @@ class Readings:
 
 
 class WatchBuilder:
-    def __init__(self, settings: ControllerSettings, is_leader: Callable[[], bool]):
+    def __init__(self, settings: ControllerSettings, is_leader: Callable[[], bool],
+                 heard_since: datetime | None = None):
         self.settings = settings
         self.is_leader = is_leader
+        self.heard_since = heard_since  # when the controller started (rollout_observations.routing_acknowledged)
         self.engine_readings = Readings()
         self.gateway_readings = Readings()
         self._finished: dict[int, tuple[int, dict[str, Any]]] = {}  # rollout id -> (version, view)
@@ -151,7 +153,7 @@ class WatchBuilder:
         active = list(session.execute(select(Rollout).where(Rollout.active_model.is_not(None)).order_by(Rollout.id)).scalars())
         finished = list(session.execute(select(Rollout).where(Rollout.active_model.is_(None))
                                         .order_by(Rollout.id.desc()).limit(FINISHED_ROLLOUTS)).scalars())
-        acknowledged = rollout_observations.routing_acknowledged(session, now) if active else True
+        acknowledged = rollout_observations.routing_acknowledged(session, now, self.heard_since) if active else True
         found = {str(row.id): self._rollout_view(session, row, now, acknowledged) for row in active}
         for row in finished:
             cached = self._finished.get(row.id)

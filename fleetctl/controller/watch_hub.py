@@ -89,11 +89,12 @@ def encode(event: str, token: str, payload: dict[str, Any]) -> bytes:
 
 class WatchHub:
     def __init__(self, settings: ControllerSettings, store: Store, clock: Callable[[], datetime],
-                 is_leader: Callable[[], bool], timer: Callable[[], float] = time.monotonic):
+                 is_leader: Callable[[], bool], timer: Callable[[], float] = time.monotonic,
+                 heard_since: datetime | None = None):
         self.settings, self.store, self.clock, self.timer = settings, store, clock, timer
         self.epoch = secrets.token_hex(4)
         self.counters = WatchCounters()
-        self.builder = WatchBuilder(settings, is_leader)
+        self.builder = WatchBuilder(settings, is_leader, heard_since)
         self.background = settings.background
         self.max_bytes = int(settings.watch_history_mib * MIB)
         self._tick_lock = threading.Lock()

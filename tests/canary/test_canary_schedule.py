@@ -283,10 +283,13 @@ def test_a_suspect_stream_is_pinned_to_the_engine_of_its_bad_probe_while_it_is_r
         snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(targets,), busy_capacity=1e9, streams=history,
                                     urgent=URGENT_B4)
         planned = {p.stream: p.engine for p in plan(snapshot, PARAMS)}
-        assert planned[pinned(A, 4)] == "e2" and planned[pinned(A, 1)] == ("e1", "e2", "e3")[index]
+        assert planned[pinned(A, 4)] == "e2"
+        # when b1's walk comes to e2 as well, e2 takes the suspect b4 (the more overdue at its urgent
+        # interval) and b1 waits for its next turn
+        assert planned.get(pinned(A, 1)) == ("e1", None, "e3")[index]
     gone = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1", "e3")})  # e2 is no longer ready: walk
     snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(gone,), busy_capacity=1e9, urgent=URGENT_B4)
-    assert {p.stream: p.engine for p in plan(snapshot, PARAMS)}[pinned(A, 4)] == "e1"
+    assert {p.stream: p.engine for p in plan(snapshot, PARAMS)}[pinned(A, 4)] == "e3"  # from its lane, 1
 
 
 def test_stream_urgency_warming_suspect_or_none() -> None:
@@ -354,9 +357,21 @@ def test_pinned_probes_walk_the_revisions_engines_and_the_production_path_pins_n
         history = {key: ago(1e6, index) for key in (PROD, pinned(A, 1), pinned(A, 4))}
         planned = {p.stream: p for p in plan(ScheduleSnapshot(**{**base.__dict__, "streams": history}), PARAMS)}
         assert planned[PROD].engine is None
-        seen.append(planned[pinned(A, 1)].engine)
-        assert planned[pinned(A, 4)].engine == planned[pinned(A, 1)].engine  # fillers go with the probe
-    assert seen == ["e1", "e2", "e1", "e2"]
+        seen.append((planned[pinned(A, 1)].engine, planned[pinned(A, 4)].engine))
+    # b4 walks from the second engine (its lane), so the two streams are never on one engine at once
+    assert seen == [("e1", "e2"), ("e2", "e1"), ("e1", "e2"), ("e2", "e1")]
+
+
+def test_an_engine_serves_one_pinned_probe_at_a_time() -> None:
+    """A b1 probe beside a b4 probe on one engine would run in one batch of 5: neither would measure its
+    condition. The one less overdue waits; an engine busy with a probe in flight takes none."""
+    one = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1",)})
+    history = {PROD: ago(1e6), pinned(A, 1): ago(1e6), pinned(A, 4): ago(2e6)}
+    snapshot = ScheduleSnapshot(now=NOW, enabled=True, models=(one,), busy_capacity=1e9, streams=history)
+    assert keys(plan(snapshot, PARAMS)) == [PROD, pinned(A, 4)]  # b4 is the more overdue
+    busy = ScheduleSnapshot(**{**snapshot.__dict__, "busy_engines": frozenset({"e1"})})
+    assert keys(plan(busy, PARAMS)) == [PROD]  # the production path is routed as users are: not held
+    assert seconds_to_next_due(busy, PARAMS) == 0.0  # still due: planned once e1 is free
 
 
 def test_a_revision_whose_engines_are_not_known_is_pinned_to_none() -> None:

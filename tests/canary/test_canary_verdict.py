@@ -173,6 +173,21 @@ def test_the_production_stream_verdict_names_what_it_blames_only_when_alarmed() 
     assert stream_verdict(key, StreamState(), None, []).evidence is None
 
 
+def test_a_second_incident_is_blamed_on_what_serves_it_not_on_the_one_recovered_from() -> None:
+    p = Probes()
+    key = StreamKey("m", "production")
+    first = p.many(MIN, kind="production", class_ref="a@r1") + p.many(4, diverged=True, kind="production",
+                                                                     class_ref="long@r2", engine="l-0")
+    recovered = run(StreamState(), first + p.many(RECOVERY, kind="production", class_ref="a@r1"))
+    assert recovered.verdict == "healthy" and recovered.recovered_at_probe == MIN + 4 + RECOVERY
+    # the second incident serves 3 bad probes from kv@r3; long@r2's 4 are still in the 50-probe window
+    second = p.many(3, diverged=True, kind="production", class_ref="kv@r3", engine="k-0")
+    state = run(recovered, second)
+    window = [*first, *second]
+    assert state.verdict == "drifting" and blame(window, 0.0) == "long@r2 l-0"  # the whole window's word
+    assert stream_verdict(key, state, DESIGNS, window).blamed == "kv@r3 k-0"
+
+
 def verdict(kind: str, class_ref: str | None, condition: int | None, v: str, blamed: str | None = None) -> StreamVerdict:
     return StreamVerdict(model="m", kind=kind, class_ref=class_ref, condition=condition, verdict=v, since=T0,  # type: ignore[arg-type]
                          blamed=blamed)

@@ -183,6 +183,32 @@ def test_a_restarted_controller_continues_the_rollout_from_the_same_step(setting
     assert events.count("step_started") == 4 and events.count("step_done") == 4
 
 
+def test_a_controller_back_from_an_outage_waits_for_the_gateway_it_could_not_hear(settings: ControllerSettings) -> None:
+    """The controller was down for a minute, so the gateway's last report is stale, yet the gateway may
+    still route on the old table (it retries within its backoff). The restarted controller waits for its
+    acknowledgement for RECONNECT_GRACE_S before it treats the gateway as gone and goes on."""
+    from fleetctl.controller.gateways import RECONNECT_GRACE_S
+
+    clock = Clock()
+    first = ControllerRuntime(settings, clock=clock)
+    with TestClient(create_app(runtime=first)) as http:
+        api = Api(http, first, role_tokens(first.store), clock)
+        agent, gateway = served_by_r1(api), Gateway(api)
+        gateway.refresh()
+        start(api, spec())
+        assert run_until(api, agent, gateway, lambda v: v["phase"] == "paused")[-1]["step_index"] == 2
+    clock.advance(60)  # down: nobody heard the gateway
+    second = ControllerRuntime(settings, clock=clock)
+    with TestClient(create_app(runtime=second)) as http:
+        api = Api(http, second, api.tokens, clock)
+        agent.api, gateway.api = api, api
+        held = [tick(api, agent, None, 5) for _ in range(int(RECONNECT_GRACE_S // 5) - 1)]
+        assert all(v["step_index"] == 3 and not v["acknowledged"] for v in held), [v["message"] for v in held]
+        assert replicas(api)["chat"] == 1  # A is not drained while the gateway may still route to it
+        done = run_until(api, agent, None, lambda v: v["phase"] == "completed", limit=10, seconds=5)
+        assert done[-1]["acknowledged"]  # the grace is over: the gateway is taken for gone
+
+
 def test_ready_counts_each_role_only_up_to_what_it_asks_for() -> None:
     """A P/D revision is ready only when every role is: surplus prefill engines never stand in for decode."""
     from fleetctl.controller.rollout_observations import ready_toward_desired

@@ -52,7 +52,7 @@ def rollout_start(body: RolloutStart, response: Response, change: Change = Depen
         started = rollouts.start(session, body.spec, change.actor, now)
         change.record(session, target=f"rollouts/{started.row.id}", status=201, code=started.audit_code,
                       detail=started.audit_detail)
-        view = rollout_views.rollout_view(session, started.row, now)
+        view = rollout_views.rollout_view(session, started.row, now, runtime.started_at)
     response.headers["ETag"] = etag(view.version)
     runtime.wake()
     return view
@@ -64,13 +64,15 @@ def rollout_list(model: str | None = Query(default=None, max_length=200), active
     """Oldest first; `model` and `active` (not terminal) filter."""
     with runtime.store.session() as session:
         now = runtime.clock()
-        return [rollout_views.rollout_view(session, row, now) for row in rollouts.list_rollouts(session, model, active)]
+        return [rollout_views.rollout_view(session, row, now, runtime.started_at)
+                for row in rollouts.list_rollouts(session, model, active)]
 
 
 @router.get("/{rollout_id}", name="rollout.show", response_model=RolloutView, dependencies=read)
 def rollout_show(rollout_id: RolloutId, response: Response, runtime: ControllerRuntime = Depends(get_runtime)) -> RolloutView:
     with runtime.store.session() as session:
-        view = rollout_views.rollout_view(session, rollouts.get_rollout(session, rollout_id), runtime.clock())
+        view = rollout_views.rollout_view(session, rollouts.get_rollout(session, rollout_id), runtime.clock(),
+                                          runtime.started_at)
     response.headers["ETag"] = etag(view.version)
     return view
 
@@ -102,7 +104,7 @@ def rollout_command(rollout_id: RolloutId, command: Command, response: Response,
                                    expected_version=expected)
             change.record(session, target=f"rollouts/{rollout_id}")
         session.flush()
-        return rollout_views.rollout_view(session, row, now)
+        return rollout_views.rollout_view(session, row, now, runtime.started_at)
 
     view = rollouts.with_retries(runtime.store, attempt)
     response.status_code = 201 if command == rollouts.UNDO else 200
