@@ -32,7 +32,7 @@ CompareMode = Literal["exact", "tolerance"]  # exact: the reference came from a 
 # correctness fields, so greedy tokens must match up to the class's own noise; tolerance: it came from a
 # correctness-different class (a long-context build), held to the golden set's tolerance instead
 VERDICTS: tuple[Verdict, ...] = ("healthy", "drifting", "failing", "not_measured")
-PROBES_FLAG = "canary-probes"  # the kill switch: no probe is sent while this feature flag is false
+PROBES_FLAG = "canary_probes"  # the kill switch: no probe is sent while this feature flag is false
 
 
 def condition_for(batch_size: int | None) -> int:

@@ -1,4 +1,4 @@
-"""`fleetctl canary probes on|off`: the kill switch of the canary's probes (the `canary-probes` flag).
+"""`fleetctl canary probes on|off`: the kill switch of the canary's probes (the `canary_probes` flag).
 
 Off, the controller sends no probe until it is on again; the verdicts stay as they were and age (a stream
 that stops being probed keeps its last verdict and the time since). The flag is served to gateways with
@@ -26,7 +26,7 @@ class Switch(str, Enum):
 @app.command("probes")
 def probes_cmd(ctx: typer.Context, switch: Annotated[Switch, typer.Argument(help="on or off")],
                reason: ReasonOption = None) -> None:
-    """Turn the canary's probes on or off (the canary-probes flag)."""
+    """Turn the canary's probes on or off (the canary_probes flag)."""
     result = client(ctx).set_flag(PROBES_FLAG, switch is Switch.on, reason=reason)
     changed = "" if result.result == "changed" else " (already)"
     status(f"canary probes {switch.value}{changed}")

@@ -27,6 +27,7 @@ from fleetctl.cli import (
     deploy_cmd,
     drill_cmd,
     engine_cmd,
+    flag_cmd,
     gateway_cmd,
     node_cmd,
     rollout_cmd,
@@ -53,6 +54,7 @@ COMMAND_MODULES: list[ModuleType] = [
     up_cmd,  # up, down (NAME None: merged at the top level)
     gateway_cmd,  # gateway serve; route explain (NAME None: merged at the top level)
     traffic_cmd,  # traffic get|set
+    flag_cmd,  # flag list|get|set|unset
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
     drill_cmd,  # drill misroute|plant|stop|list

@@ -32,11 +32,27 @@ class PolicyCalls:
 
     @endpoint("GET", "/api/v1/flags", dict[str, FlagView])
     def list_flags() -> Request:
+        """Every catalog flag by key (`NAME`, or `NAME:MODEL` for a per-model one that is overridden)."""
         return Request()
 
-    @endpoint("PUT", "/api/v1/flags/{name}", FlagSetResult)
-    def set_flag(name: str, value: bool | int | float | str, reason: str | None = None) -> Request:
-        return Request(path={"name": name}, json={"value": value}, reason=reason)
+    @endpoint("GET", "/api/v1/flags/{key}", FlagView)
+    def get_flag(key: str) -> Request:
+        return Request(path={"key": key})
+
+    @endpoint("PUT", "/api/v1/flags/{key}", FlagSetResult)
+    def set_flag(key: str, value: bool | int | float | str, reason: str | None = None,
+                 ttl_s: float | None = None) -> Request:
+        """Override a catalog flag (a reason is required); `ttl_s`: it reverts to its default that long from
+        now. The result's `generation` is the routing generation gateways apply it at."""
+        body: dict[str, Any] = {"value": value}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        return Request(path={"key": key}, json=body, reason=reason)
+
+    @endpoint("DELETE", "/api/v1/flags/{key}", FlagSetResult)
+    def unset_flag(key: str, reason: str | None = None) -> Request:
+        """Remove the override: the flag has its default again."""
+        return Request(path={"key": key}, reason=reason)
 
     # rollouts
     @endpoint("POST", "/api/v1/rollouts", RolloutView)

@@ -3,7 +3,7 @@ probe budget (reconcile/protocol.py; the streams, the budget and the order are f
 
 One run:
 1. `snapshot` reads:
-   - the `canary-probes` feature flag (absent: on; a false value: off);
+   - the `canary_probes` feature flag (on unless an override turns it off);
    - the live class revisions per model: revisions of the model's deployments with ready engines
      (traffic.ready_engines_by_role), whatever their traffic weight, so a rollout's new revision is probed
      before it takes traffic;
@@ -62,6 +62,7 @@ from fleetctl.canary.schedule import (
 )
 from fleetctl.canary.types import PROBES_FLAG, GoldenPrompt, GoldenSet, ProbeRecord, StreamKey, StreamState
 from fleetctl.canary.verdict import is_bad
+from fleetctl.controller import flags
 from fleetctl.controller.canary_capacity import ServedCapacity, read_engines
 from fleetctl.controller.canary_executor import CanaryProbeMetrics, ProbeExecutor, SendProbe, fillers_of
 from fleetctl.controller.canary_refs import reference_for
@@ -69,17 +70,12 @@ from fleetctl.controller.canary_streams import load_streams, probes_by_id
 from fleetctl.controller.db import Store
 from fleetctl.controller.gateways import is_stale
 from fleetctl.controller.metrics import ControllerMetrics
-from fleetctl.controller.models import CanaryProbe, CanaryReference, Deployment, FeatureFlag, Gateway, GoldenSetRow
+from fleetctl.controller.models import CanaryProbe, CanaryReference, Deployment, Gateway, GoldenSetRow
 from fleetctl.controller.reconcile.protocol import Result
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.traffic import ready_engine_rows, ready_engines_by_role
 
 CANARY_PROBES = "canary_probes"  # the reconciler's name
-# The feature flag that turns probes off (types.PROBES_FLAG). Flag names in the API are DNS-label-like ('-',
-# no '_'), so the spelling operators can set is canary-probes; canary_probes (written to the store directly)
-# counts too.
-PROBES_FLAG_NAMES = (PROBES_FLAG, "canary_probes")
-FLAG_OFF_WORDS = ("false", "off", "no", "0", "")
 MAX_REQUEUE_S = 10.0
 BLOCKED_RETRY_S = 1.0  # every slot taken: look again this soon (a probe takes about a second)
 PRUNE_BATCH = 1000
@@ -167,7 +163,7 @@ class CanaryProbeReconciler:
         spent = spent_tokens(probes, now - timedelta(seconds=self.params.budget_window_s))
         self.capacity.observe(read_engines(session), now)  # the budget uses the peak over the window
         schedule = ScheduleSnapshot(
-            now=now, enabled=probes_enabled(session), models=models,
+            now=now, enabled=probes_enabled(session, now), models=models,
             streams=load_history(probes, models, self._planned), spent_tokens=spent,
             busy_capacity=self.capacity.capacity(now), in_flight=self.executor.in_flight(),
             in_flight_count=self.executor.in_flight_count(), busy_engines=self.executor.busy_engines(),
@@ -267,20 +263,9 @@ def requeue_after(after: ScheduleSnapshot, params: ScheduleParams, have_gateways
 
 # --- reads ------------------------------------------------------------------------------------------------------
 
-def probes_enabled(session: Session) -> bool:
-    """The canary-probes flag: absent means on; false, 0, null or "false"/"off"/"no"/"0" mean off."""
-    rows = [session.get(FeatureFlag, name) for name in PROBES_FLAG_NAMES]
-    return all(flag_is_on(row.value) for row in rows if row is not None)
-
-
-def flag_is_on(value: Any) -> bool:
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, (int, float)):
-        return value != 0
-    if isinstance(value, str):
-        return value.strip().lower() not in FLAG_OFF_WORDS
-    return True
+def probes_enabled(session: Session, now: datetime) -> bool:
+    """The canary_probes flag (fleetctl/flag_catalog.py): on unless an override in force turns it off."""
+    return bool(flags.flag_value(session, PROBES_FLAG, now))
 
 
 def live_revisions(session: Session) -> dict[str, list[str]]:

@@ -55,6 +55,7 @@ class Versioned:
 
 
 NAME = 63  # DNS-label length: node, engine, class, deployment and token names
+FLAG_KEY = 264  # a flag's key: its name, ':' and a model name (at most 200)
 REF = 80  # NAME@rN
 
 
@@ -182,12 +183,18 @@ class Gateway(Base):
 
 
 class FeatureFlag(Versioned, Base):
+    """An override of a catalog flag (fleetctl/flag_catalog.py): `name` is its key (`NAME` or `NAME:MODEL`).
+    Without a row a flag has its default; a row past `expires_at` no longer counts, and the flag reconciler
+    deletes it."""
+
     __tablename__ = "feature_flags"
 
-    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    name: Mapped[str] = mapped_column(String(FLAG_KEY), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON)
     updated_at: Mapped[datetime]
-    updated_by: Mapped[str] = mapped_column(String(NAME))
+    updated_by: Mapped[str] = mapped_column(String(NAME))  # the owner: who set it last
+    reason: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime | None]  # None: until unset
 
 
 class AuditEvent(Base):

@@ -15,7 +15,8 @@ One run (`PlacementReconciler`; `reconcile_once` is the same three steps in one 
 
 Every write happens after the whole fleet is read, so the run holds no write lock (SQLite's only one, or
 PostgreSQL's row locks on the marked nodes, which would stall their heartbeats) while it reads and plans.
-Only the leader runs it (see leader.py and reconcile/runner.py).
+Only the leader runs it (see leader.py and reconcile/runner.py). While the `reconciler` flag is off
+(fleetctl/flag_catalog.py) a run decides nothing: the fleet stays as it is and keeps serving.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
+
+from fleetctl.controller import flags
 
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, Node
 from fleetctl.controller.nodes import DOWN, UP, to_assignment
@@ -43,6 +46,7 @@ from fleetctl.controller.placement import (
 from fleetctl.controller.reconcile.protocol import Result
 
 log = logging.getLogger(__name__)
+RECONCILER_FLAG = "reconciler"
 
 PLACEMENT = "placement"
 
@@ -60,6 +64,7 @@ class Snapshot:
     classes: set[str]
     nodes: list[NodeView]
     last_heartbeats: Mapping[str, datetime] = field(default_factory=dict)  # node name -> its last heartbeat
+    paused: bool = False  # the `reconciler` flag is off: placement changes nothing
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ class PlacementReconciler:
         self.interval_s = interval_s  # seconds between runs when nothing wakes the runner
 
     def snapshot(self, session: Session, now: datetime) -> Snapshot:
-        return load_snapshot(session)
+        return replace(load_snapshot(session), paused=not flags.flag_value(session, RECONCILER_FLAG, now))
 
     def decide(self, snapshot: Snapshot, now: datetime) -> PlacementDecision:
         return decide_placement(snapshot, now, self.down_after_s)
@@ -107,6 +112,8 @@ def reconcile_once(session: Session, now: datetime, down_after_s: float) -> Reco
 
 
 def decide_placement(snapshot: Snapshot, now: datetime, down_after_s: float) -> PlacementDecision:
+    if snapshot.paused:  # the kill switch: no node marked down, no engine started, stopped or drained
+        return PlacementDecision((), ())
     liveness = [(n.name, n.state, snapshot.last_heartbeats[n.name]) for n in snapshot.nodes]
     quiet = nodes_gone_quiet(liveness, now, down_after_s)
     nodes = [replace(n, state=DOWN) if n.name in quiet else n for n in snapshot.nodes]

@@ -285,18 +285,29 @@ class TrafficSetResult(ResponseModel):
 
 
 class FlagView(ResponseModel):
-    value: FlagValue = Field(description="the flag's value")
-    updated_at: str = Field(description="time of the last change")
-    updated_by: str = Field(description="token name of the last change")
-    version: int | None = Field(default=None, description="optimistic-concurrency version (ETag / If-Match); "
-                                "None from a controller older than versions")
+    name: str | None = Field(default=None, description="the catalog flag (the key without its model)")
+    model: str | None = Field(default=None, description="a per-model flag's model")
+    value: FlagValue | None = Field(description="the flag's value now: its override in force, else its default")
+    default: FlagValue | None = Field(default=None, description="its value without an override")
+    overridden: bool = Field(default=True, description="an override is in force (set, not expired)")
+    known: bool = Field(default=True, description="a catalog flag; false: a stored key no flag names")
+    read_by: str | None = Field(default=None, description="who applies it: gateway or controller")
+    summary: str | None = Field(default=None, description="what it does when it is not its default")
+    updated_at: str | None = Field(default=None, description="time of the last change of its override")
+    updated_by: str | None = Field(default=None, description="the override's owner: token name of its last change")
+    reason: str | None = Field(default=None, description="why the override was set")
+    expires_at: str | None = Field(default=None, description="when the override expires (its TTL); none: until unset")
+    version: int | None = Field(default=None, description="optimistic-concurrency version (ETag / If-Match)")
 
 
 class FlagSetResult(ResponseModel):
-    name: str = Field(description="the flag")
-    value: FlagValue = Field(description="its value")
-    result: Changed = Field(description="whether the value changed")
-    version: int | None = Field(default=None, description="the flag's version after the change")
+    name: str = Field(description="the flag's key (NAME or NAME:MODEL)")
+    value: FlagValue | None = Field(description="its value now")
+    result: Changed = Field(description="whether the override changed")
+    version: int | None = Field(default=None, description="the override's version after the change")
+    expires_at: str | None = Field(default=None, description="when the override expires; none: until unset")
+    generation: int | None = Field(default=None, description="the routing generation that includes the change: "
+                                   "gateways at or past it apply it")
 
 
 # --- tokens and audit ---

@@ -28,7 +28,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import canary_streams, views
+from fleetctl.controller import canary_streams, flags, views
 from fleetctl.controller.drift import drifted_engines
 from fleetctl.controller.gateways import is_awaited, served_by_gateway
 from fleetctl.controller.models import Deployment, Gateway, RoutingState
@@ -54,7 +54,8 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
         drifted=drifted,
         served=served,
         quality=canary_streams.quality(session, model, refs),
-        frozen=False,  # break-glass freeze is not built yet; the machine already pauses on it
+        # the rollout_automation flag off holds every rollout as a break-glass freeze would
+        frozen=not flags.flag_value(session, "rollout_automation", now),
     )
 
 

@@ -28,6 +28,7 @@ from fleetctl.controller.canary_probes import CanaryProbeReconciler
 from fleetctl.controller.canary_verdicts import CanaryVerdictReconciler
 from fleetctl.controller.db import Store, migrate
 from fleetctl.controller.drill_reconciler import DrillReconciler
+from fleetctl.controller.flag_reconciler import FlagReconciler
 from fleetctl.controller.heartbeats import HeartbeatBuffer
 from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.metrics import ControllerMetrics
@@ -47,11 +48,12 @@ def utc_now() -> datetime:
 
 def default_reconcilers(settings: ControllerSettings, store: Store, metrics: ControllerMetrics | None = None,
                         started_at: datetime | None = None) -> list[Reconciler[Any, Any, Any]]:
-    """Placement first, then rollouts: deployments a rollout scales are placed at placement's next run.
-    The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. Then
+    """Expired flag overrides reverted first (the flags gate the others). Placement next, then rollouts:
+    deployments a rollout scales are placed at placement's next run. The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. Then
     drills (those whose time is up are ended), and the canary probe reconciler, which sends its probes from
     its own thread (canary_probes.py)."""
-    return [PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
+    return [FlagReconciler(settings.reconcile_interval_s),
+            PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
             CanaryVerdictReconciler(settings),
             RolloutReconciler(settings.reconcile_interval_s, heard_since=started_at),
             DrillReconciler(settings.reconcile_interval_s),

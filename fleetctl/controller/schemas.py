@@ -74,7 +74,10 @@ class TrafficSet(Body):
 
 class FlagSet(Body):
     value: bool | Int64 | Finite | Annotated[SafeStr, Field(max_length=1000)] = Field(
-        description="a boolean, a 64-bit integer, a finite number or a string of at most 1,000 characters")
+        description="the flag's value, of its type in the catalog (a boolean, or a number in its range)")
+    ttl_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = Field(
+        default=None, description="seconds until the override expires and the flag reverts to its default; "
+                                  "none: until unset. Setting it again renews it")
 
 
 class TokenCreate(Body):

@@ -98,7 +98,8 @@ class WatchBuilder:
         nodes = views.nodes(session, now)
         engines = views.engines(session)
         gateway_views = gateways.list_gateways(session, now)
-        flag_views = flags.list_flags(session)
+        # the overrides in force: a flag at its default is not news (GET /api/v1/flags lists every flag)
+        flag_views = {key: view for key, view in flags.list_flags(session, now).items() if view["overridden"]}
         engine_windows = self._engine_windows(engines)
         gateway_windows = self._gateway_windows(session, gateway_views)
         fleet_pulse = pulse(now, nodes, engines, engine_windows.values(), gateway_views, gateway_windows,

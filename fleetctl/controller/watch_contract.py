@@ -98,7 +98,7 @@ class PulseView(ResponseModel):
     engines_unhealthy: int = Field(default=0, description="engines failed, or on a node that is down")
     drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
     frozen: bool | None = Field(default=None, description="the fleet is frozen (None: this controller has no freeze)")
-    flags: dict[str, Any] = Field(default_factory=dict, description="flag name -> value, every stored flag")
+    flags: dict[str, Any] = Field(default_factory=dict, description="flag key -> value, every override in force")
 
 
 class FleetEventView(ResponseModel):

@@ -49,6 +49,7 @@ SERVED_BY_HEADER = "x-fleet-served-by"
 PREFILLED_BY_HEADER = "x-fleet-prefilled-by"
 _DISCONNECT_POLL_S = 0.5
 HARD_STREAM_ERRORS = ("disconnect", "idle_timeout")
+SHED_RETRY_AFTER_S = 2  # a shed request's Retry-After
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
@@ -95,6 +96,11 @@ class FrontDoor:
     async def _generate(self, kind: str, http: Request, ctx: RequestContext) -> Response:
         request = parse_request(kind, await http.body())
         ctx.model = self.service.model_label(request)
+        if ctx.probe is None and ctx.model != "unknown" and self.service.shed(ctx.model):
+            # the shed_fraction flag: refused before any work (probes pass, so the canary keeps measuring)
+            self.metrics.shed.labels(ctx.model).inc()
+            raise TooManyRequests(f"shed: the model {ctx.model} sheds part of its load (flag shed_fraction)",
+                                  retry_after_s=SHED_RETRY_AFTER_S)
         ctx.session_id = http.headers.get(SESSION_HEADER) or None
         pin = http.headers.get(PIN_HEADER) or None
         pin_engine = (http.headers.get(PIN_ENGINE_HEADER) or None) if ctx.probe is not None else None

@@ -43,6 +43,8 @@ class GatewayMetrics:
                                  ["model", "decision"], registry=r)
         self.admission_rejections = Counter("fleet_gateway_admission_rejections", "Requests refused with 429 by "
                                             "admission control, by model and violated limit.", ["model", "reason"], registry=r)
+        self.shed = Counter("fleet_gateway_shed", "Requests refused with 429 by the model's shed_fraction flag.",
+                            ["model"], registry=r)
         self.rate_limited = Counter("fleet_gateway_rate_limited", "Requests refused by an API key's rate limit.",
                                     ["key"], registry=r)
         self.table_age = Gauge("fleet_gateway_table_age_seconds", "Age of the routing table in use (NaN before the first).",

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.dispatch import Dispatcher, RequestContext, Sent, StreamStart
 from fleetctl.gateway.engine_state import InFlight
 from fleetctl.gateway.errors import UpstreamFailed
@@ -60,9 +61,7 @@ def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any] | None)
 
 
 def wants_push(prepared: Prepared) -> bool:
-    flag = prepared.flags.get(PUSH_FLAG, True)
-    enabled = flag.strip().lower() not in ("0", "false", "no", "off") if isinstance(flag, str) else bool(flag)
-    return enabled and prepared.spec.backend == "reference"
+    return bool(value_of(prepared.flags, PUSH_FLAG)) and prepared.spec.backend == "reference"
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The routing decision for one request, once its class is chosen and its prompt tokenised: P/D or mixed,
 the ranked engines, and admission. Pure: the service builds the candidates and acts on the plan.
 
-P/D is used when the routing table marks the model `pd`, the flag `pd_disabled:<model>` is not set, and
+P/D is used when the routing table marks the model `pd`, the flag `pd_disaggregation:<model>` is not off, and
 the class has at least one healthy prefill AND one healthy decode engine. Otherwise the request is served
 whole by one engine ("fallback"): the class's healthy mixed engines, or, if it has none, any healthy engine
 of the class (prefill and decode engines can serve a whole request too).
@@ -28,9 +28,9 @@ from fleetctl.gateway.admission import (
     ModelSLO,
     admit_on_predicted_load,
 )
+from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.scorer import EngineView, RankedEngine, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
 
-PD_DISABLED_FLAG = "pd_disabled:{model}"
 MIXED, PD = "mixed", "pd"
 
 
@@ -61,10 +61,13 @@ class RoutePlan:
 
 
 def pd_disabled_by_flag(flags: Mapping[str, Any], model: str) -> bool:
-    value = flags.get(PD_DISABLED_FLAG.format(model=model))
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+    """The routing table's `pd_disaggregation:<model>` flag is off (fleetctl/flag_catalog.py)."""
+    return not value_of(flags, "pd_disaggregation", model)
+
+
+def scorer_policy(policy: ScorerPolicy, flags: Mapping[str, Any]) -> ScorerPolicy:
+    """The policy the flags leave: `prefix_routing` off ranks on load alone (no locality bonus)."""
+    return policy if value_of(flags, "prefix_routing") else replace(policy, locality_weight=0.0)
 
 
 def choose_mode(model_pd: bool, flag_disabled: bool, candidates: Sequence[Candidate]) -> tuple[str, str | None]:

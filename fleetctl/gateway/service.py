@@ -16,13 +16,15 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.client import AsyncControllerClient
+from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
@@ -33,7 +35,7 @@ from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixIndex
 from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_model
 from fleetctl.gateway.probes import EngineProber
-from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route
+from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
 from fleetctl.gateway.routing_table import EngineRoute, RoutingSource, RoutingTable, RoutingTableCache, kv_events_endpoints
 from fleetctl.gateway.scorer import RouteRequest, ScorerPolicy
 from fleetctl.gateway.served import ServedRecorder
@@ -196,10 +198,18 @@ class GatewayService:
             others_prompt_tokens=int(self.mean_prompt_tokens or 0),
         )
 
-    def slo(self) -> ModelSLO | None:
-        if not self.settings.admission:
+    def slo(self, flags: Mapping[str, Any] | None = None) -> ModelSLO | None:
+        """The admission SLO; None (every request admitted) when admission is off in the settings or by the
+        `admission_control` flag."""
+        if not self.settings.admission or not value_of(flags or {}, "admission_control"):
             return None
         return ModelSLO(ttft_slo_s=self.settings.ttft_slo_s, max_decode_slots=self.settings.max_decode_slots)
+
+    def shed(self, model: str) -> bool:
+        """Whether to reject this request of `model` now: a draw under its `shed_fraction` flag."""
+        table = self.cache.table
+        fraction = float(value_of(table.flags, "shed_fraction", model)) if table is not None else 0.0
+        return should_shed(fraction, self.rng())
 
     def model_label(self, request: ClientRequest) -> str:
         """The request's model for metric labels: a model of the table, else "unknown" (bounded labels)."""
@@ -238,8 +248,9 @@ class GatewayService:
         candidates = self._candidates(routes, spec, hashes, self.estimates(class_ref))
         mode = choose_mode(model_route.pd, pd_disabled_by_flag(table.flags, model), list(candidates.values()))
         route_request = RouteRequest(hashes, len(prompt_ids), session_id)
-        plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()), self.policy,
-                          self.slo(), self.sessions.as_mapping(session_id))
+        plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()),
+                          scorer_policy(self.policy, table.flags), self.slo(table.flags),
+                          self.sessions.as_mapping(session_id))
         return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes, dict(table.flags))
 
     async def _tokenise(self, request: ClientRequest, model: str, spec: ReplicaClassSpec,
@@ -289,6 +300,11 @@ class GatewayService:
         missing = [name for name in prepared.routes if name not in self.engines]
         parts += [f"{name}: not ready" for name in missing]
         return "; ".join(parts) or "the class has no engine"
+
+
+def should_shed(fraction: float, draw: float) -> bool:
+    """`draw` uniform in [0, 1): shed with probability `fraction` (0 never, 1 always)."""
+    return draw < fraction
 
 
 def pinned_engine(routes: dict[str, EngineRoute], engine: str, class_ref: str) -> dict[str, EngineRoute]:

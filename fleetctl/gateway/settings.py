@@ -40,7 +40,7 @@ class GatewaySettings(ProcessSettings):
         default=(), description="static engines instead of a controller: URL[?role=prefill|decode|mixed&"
         "kv_events=tcp://H:P] entries")
     static_flags: dict[str, Any] = Field(
-        default_factory=dict, description="static mode: the routing table's flags, e.g. pd_disabled:MODEL=true")
+        default_factory=dict, description="static mode: the routing table's flags, e.g. pd_disaggregation:MODEL=false")
     table_refresh_s: float = Field(
         default=2.0, gt=0, description="seconds between routing-table refreshes (static mode: re-discovery)")
     # --- clients ---

@@ -71,10 +71,12 @@ def test_probes_off_and_on_flip_the_kill_switch(fleet: Fleet) -> None:
     off = ok(fleet.run("canary", "probes", "off", "--reason", "test"))
     assert "canary probes off" in off.stderr
     with fleet.client("viewer") as api:
-        assert api.list_flags()["canary-probes"].value is False
-    assert "(already)" in ok(fleet.run("canary", "probes", "off")).stderr
-    ok(fleet.run("canary", "probes", "on"))
+        assert api.list_flags()["canary_probes"].value is False
+    assert "(already)" in ok(fleet.run("canary", "probes", "off", "--reason", "test")).stderr
+    without = fleet.run("canary", "probes", "on")  # a kill switch needs a reason
+    assert without.exit_code == ExitCode.USAGE and "reason" in one_error_line(without)
+    ok(fleet.run("canary", "probes", "on", "--reason", "test"))
     with fleet.client("viewer") as api:
-        assert api.list_flags()["canary-probes"].value is True
+        assert api.list_flags()["canary_probes"].value is True
     refused = fleet.run("canary", "probes", "maybe")
     assert refused.exit_code != 0

@@ -26,7 +26,7 @@ READ = {
     "deploy list", "audit list", "token list", "traffic get", "route explain", "agent engines", "class diff",
     "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
-    "canary references", "canary golden check", "gateway list",
+    "canary references", "canary golden check", "gateway list", "flag list", "flag get",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
@@ -42,6 +42,7 @@ OTHER = {
     "drill stop",  # restores traffic and engines as they were before the drill
     "canary record",  # stores a golden set and a reference; serves nothing
     "canary probes",  # turns the canary's probes on or off
+    "flag set", "flag unset",  # kill switches: a reason is required and audited, and a TTL bounds them
     "tui",  # the live view in the foreground (its actions confirm in the TUI)
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}

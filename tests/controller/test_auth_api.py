@@ -41,7 +41,7 @@ def routes(role: str) -> list[tuple[str, str, Any, str]]:
         ("POST", "/api/v1/classes", {"name": f"c-{role}", "spec": SPEC}, "operator"),
         ("PUT", f"/api/v1/deployments/d-{role}", {"class_ref": "chat@r1", "replicas": 0}, "operator"),
         ("PUT", "/api/v1/traffic/smollm2-135m", {"weights": {"chat@r1": 1}}, "operator"),
-        ("PUT", f"/api/v1/flags/f-{role}", {"value": True}, "operator"),
+        ("PUT", f"/api/v1/flags/shed_fraction:m-{role}", {"value": 0.1, "reason": "test"}, "operator"),
         ("POST", "/api/v1/nodes/n1/cordon", None, "operator"),
         ("POST", "/api/v1/nodes/n1/uncordon", None, "operator"),
         ("GET", "/api/v1/tokens", None, "admin"),

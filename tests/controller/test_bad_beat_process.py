@@ -61,4 +61,4 @@ def test_an_out_of_range_pid_is_refused_and_the_api_keeps_answering(controller: 
             time.sleep(0.3)
         assert api.get("/api/v1/nodes").json()[0]["name"] == "evil"
         assert [e["pid"] for e in api.get("/api/v1/engines").json()] == [4242]
-        assert api.put("/api/v1/flags/after", json={"value": 1}).status_code == 200
+        assert api.put("/api/v1/flags/shed_fraction:after", json={"value": 0.1, "reason": "test"}).status_code == 200

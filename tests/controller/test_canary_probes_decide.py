@@ -13,7 +13,6 @@ from fleetctl.controller.canary_probes import (
     MAX_REQUEUE_S,
     CanaryProbeSnapshot,
     decide_probes,
-    flag_is_on,
 )
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -57,9 +56,3 @@ def test_the_next_run_is_at_most_max_requeue_away() -> None:
 def test_the_flag_off_plans_nothing_and_keeps_the_interval() -> None:
     decision = decide_probes(snapshot(enabled=False), PARAMS)
     assert decision.probes == () and decision.requeue_after is None and not decision.enabled
-
-
-@pytest.mark.parametrize(("value", "on"), [(True, True), (False, False), (0, False), (1, True), ("off", False),
-                                           ("False", False), ("no", False), ("on", True), (None, False)])
-def test_flag_values(value: object, on: bool) -> None:
-    assert flag_is_on(value) is on

@@ -251,11 +251,11 @@ def test_the_flag_turns_probes_off_and_back_on(fleet: tuple[Api, NetworkStandIn]
     agent = served_by_r1(api)
     store_reference(api)
     report_gateway(api)
-    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": False}).status_code == 200
+    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": False, "reason": "t"}).status_code == 200
     assert probe_round(api) == []
     elapse(api, agent, 200)
     assert probe_round(api) == []
-    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": True}).status_code == 200
+    assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": True, "reason": "t"}).status_code == 200
     assert len(probe_round(api)) == 5
 
 

@@ -248,10 +248,12 @@ def test_traffic_and_flags_round_trip(checked: Checked) -> None:
     assert checked("viewer", "list_traffic")["smollm2-135m"].weights == {"chat@r1": 1.0}
     view = checked("viewer", "get_traffic", "smollm2-135m")
     assert view.source == "policy" and view.revisions[0].ready_engines == 1
-    assert checked("operator", "set_flag", "pd-push", True).value is True
-    assert checked("operator", "set_flag", "max-batch", 8).value == 8
+    assert checked("operator", "set_flag", "pd_push", False, reason="test").value is False
+    assert checked("operator", "set_flag", "shed_fraction:smollm2-135m", 0.5, reason="test", ttl_s=60).value == 0.5
     flags = checked("viewer", "list_flags")
-    assert flags["pd-push"].value is True and type(flags["max-batch"].value) is int
+    assert flags["pd_push"].value is False and flags["shed_fraction:smollm2-135m"].expires_at is not None
+    assert checked("viewer", "get_flag", "prefix_routing").value is True  # its default: never set
+    assert checked("operator", "unset_flag", "pd_push", reason="test").result == "changed"
     checked.assert_covered("policy")
 
 

@@ -79,14 +79,15 @@ def test_flag_writers(controller: tuple[str, dict[str, str]]) -> None:
     base, tokens = controller
     op = {"Authorization": f"Bearer {tokens['operator']}"}
     for _ in range(ROUNDS):
-        responses = race(base, tokens["operator"], [("PUT", "/api/v1/flags/race", {"value": n}) for n in range(6)])
+        writes = [("PUT", "/api/v1/flags/shed_fraction:race", {"value": n / 10, "reason": "race"}) for n in range(6)]
+        responses = race(base, tokens["operator"], writes)
         check_round(responses, lambda: _flag(base, op), stored=lambda view: view["value"],
                     written=lambda r: r.json()["value"])
 
 
 def _flag(base: str, headers: dict[str, str]) -> httpx.Response:
     flags = httpx.get(f"{base}/api/v1/flags", headers=headers)
-    body = flags.json().get("race")
+    body = flags.json().get("shed_fraction:race")
     return httpx.Response(200 if body else 404, json=body or {}, request=flags.request)
 
 

@@ -48,7 +48,7 @@ def test_the_target_gets_at_least_the_fraction_and_the_weights_sum_to_one(w: dic
     if total > 0:
         for ref, weight in w.items():
             if ref != to:
-                assert out[ref] == pytest.approx((1 - fraction) * max(weight, 0) / total)
+                assert out[ref] == pytest.approx((1 - fraction) * (max(weight, 0) / total))  # the share first: a tiny weight does not underflow
 
 
 def test_expiry_ends_the_drills_whose_time_is_up_and_requeues_at_the_next_end() -> None:

@@ -51,7 +51,7 @@ def test_a_beat_the_store_refuses_is_dropped_and_the_others_are_written(api: Api
     assert dropped[0]["result"] == "error"
     # and the control plane keeps answering: reads and writes
     assert api.call("GET", "/api/v1/nodes", role="viewer").status_code == 200
-    assert api.call("PUT", "/api/v1/flags/kill-switch", role="operator", json={"value": False}).status_code == 200
+    assert api.call("PUT", "/api/v1/flags/prefix_routing", role="operator", json={"value": False, "reason": "t"}).status_code == 200
 
 
 def test_a_failing_flush_never_turns_other_calls_into_errors(api: Api) -> None:

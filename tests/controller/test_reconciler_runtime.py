@@ -19,10 +19,11 @@ import pytest
 from ctl_helpers import Api, apply_class, deploy, register
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fleetctl.controller.api.app import create_app
-from fleetctl.controller.flags import list_flags, set_flag
+from fleetctl.controller.models import FeatureFlag
 from fleetctl.controller.reconcile import ReconcileRunner, Result
 from fleetctl.controller.reconcile.schedule import MAX_BACKOFF_S, Schedule, after_failure, after_success, backoff_s
 from fleetctl.controller.reconciler import PLACEMENT, PlacementReconciler
@@ -61,14 +62,19 @@ class Counter:
     wake_once: bool = False  # the first run asks to wake the others (Result.wake)
 
     def snapshot(self, session: Session, now: datetime) -> int:
-        flag = list_flags(session).get(f"{self.name}-runs")
-        return int(flag["value"]) if flag else 0
+        row = session.get(FeatureFlag, f"{self.name}-runs")  # the flags table as a scratch counter store
+        return int(row.value) if row is not None else 0
 
     def decide(self, snapshot: int, now: datetime) -> int:
         return snapshot + 1
 
     def apply(self, session: Session, decision: int, now: datetime) -> Result[int]:
-        set_flag(session, f"{self.name}-runs", decision, "test", now)
+        row = session.get(FeatureFlag, f"{self.name}-runs")
+        if row is None:
+            session.add(FeatureFlag(name=f"{self.name}-runs", value=decision, updated_at=now, updated_by="test"))
+        else:
+            row.value = decision
+        session.flush()
         if self.fail:
             raise RuntimeError(f"{self.name} is broken")
         return Result(decision, changed=True, requeue_after=self.requeue_after, wake=self.wake_once and decision == 1)
@@ -99,7 +105,8 @@ def make_runtime(tmp_path: Path, fake_time: FakeTime) -> Iterator[Callable[..., 
 def runs(runtime: ControllerRuntime) -> dict[str, int]:
     """Each toy reconciler's successful runs, as stored."""
     with runtime.store.session() as session:
-        return {k.removesuffix("-runs"): v["value"] for k, v in list_flags(session).items() if k.endswith("-runs")}
+        rows = session.execute(select(FeatureFlag)).scalars()
+        return {r.name.removesuffix("-runs"): r.value for r in rows if r.name.endswith("-runs")}
 
 
 def ran(runner: ReconcileRunner) -> list[str]:

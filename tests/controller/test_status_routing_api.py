@@ -53,11 +53,11 @@ def test_traffic_and_flags_reach_the_routing_table(api: Api) -> None:
     beat(api, "n1", reply["generation"], [observed(a, "ready") for a in reply["assignment"]])
     set_traffic = api.call("PUT", "/api/v1/traffic/smollm2-135m", role="operator", json={"weights": {"chat@r1": 90, r2: 10}})
     assert set_traffic.status_code == 200, set_traffic.text
-    assert api.call("PUT", "/api/v1/flags/prefix-routing", role="operator", json={"value": False}).status_code == 200
+    assert api.call("PUT", "/api/v1/flags/prefix_routing", role="operator", json={"value": False, "reason": "t"}).status_code == 200
     table = api.call("GET", "/api/v1/routing", role="viewer").json()
     assert table["models"]["smollm2-135m"]["traffic"] == {"chat@r1": 90.0, r2: 10.0}
     assert set(table["models"]["smollm2-135m"]["classes"]) == {"chat@r1", r2}
-    assert table["flags"] == {"prefix-routing": False}
+    assert table["flags"] == {"prefix_routing": False}
     assert table["generation"] != before
 
 

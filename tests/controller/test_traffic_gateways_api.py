@@ -82,7 +82,7 @@ def test_bad_reports_are_422_naming_the_field(api: Api) -> None:
 def test_equal_tables_keep_their_generation_and_changes_advance_it(api: Api) -> None:
     first = api.call("GET", "/api/v1/routing", role="viewer").json()["generation"]
     assert api.call("GET", "/api/v1/routing", role="viewer").json()["generation"] == first
-    api.call("PUT", "/api/v1/flags/prefix-routing", role="operator", json={"value": False})
+    api.call("PUT", "/api/v1/flags/prefix_routing", role="operator", json={"value": False, "reason": "test"})
     second = api.call("GET", "/api/v1/routing", role="viewer").json()["generation"]
     assert second == first + 1
 

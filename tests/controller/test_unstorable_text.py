@@ -24,7 +24,7 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
      "placement.zone"),
     ("DELETE", "/api/v1/deployments/chat", {"reason": "{bad}"}, "operator", "reason"),
     ("PUT", "/api/v1/traffic/smollm2-135m", {"weights": {"{bad}": 1}}, "operator", "weights"),
-    ("PUT", "/api/v1/flags/kill", {"value": "{bad}"}, "operator", "value"),
+    ("PUT", "/api/v1/flags/prefix_routing", {"value": "{bad}"}, "operator", "value"),
     ("POST", "/api/v1/nodes/n1/cordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/nodes/n1/uncordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/nodes/n1/drain", {"reason": "{bad}"}, "operator", "reason"),
@@ -33,6 +33,7 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/engines/chat-0/uncordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/tokens", {"name": "ci", "role": "viewer", "reason": "{bad}"}, "admin", "reason"),
     ("DELETE", "/api/v1/tokens/ci", {"reason": "{bad}"}, "admin", "reason"),
+    ("DELETE", "/api/v1/flags/prefix_routing", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/gateways/report", {"name": "gw", "url": "{bad}", "generation": 0, "table_age_s": 0}, "operator", "url"),
     ("POST", "/api/v1/rollouts", {"spec": {"model": "{bad}", "to": "chat@r1", "steps": [{"setWeight": 100}]}}, "operator",
      "spec.model"),
@@ -63,7 +64,7 @@ def test_the_table_covers_every_mutating_operation(api: Api) -> None:
 
 def _template(path: str) -> str:
     parts = {"/api/v1/deployments/chat": "/api/v1/deployments/{name}", "/api/v1/traffic/smollm2-135m": "/api/v1/traffic/{model}",
-             "/api/v1/flags/kill": "/api/v1/flags/{name}", "/api/v1/tokens/ci": "/api/v1/tokens/{name}",
+             "/api/v1/flags/prefix_routing": "/api/v1/flags/{key}", "/api/v1/tokens/ci": "/api/v1/tokens/{name}",
              "/api/v1/engines/chat-0/drain": "/api/v1/engines/{name}/drain",
              "/api/v1/rollouts/1/abort": "/api/v1/rollouts/{rollout_id}/{command}",
              "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop"}
@@ -89,13 +90,13 @@ def test_unstorable_text_in_the_path_or_the_reason_header_is_refused(api: Api, k
     encoded = "%00" if kind == "nul" else "%ED%A0%80"  # U+D800 as (invalid) UTF-8
     assert_refused(api, api.call("PUT", f"/api/v1/traffic/m{encoded}", role="operator", json={"weights": {"chat@r1": 1}}),
                    422, "path", before)
-    assert_refused(api, api.call("PUT", "/api/v1/flags/kill", role="operator", json={"value": 1},
+    assert_refused(api, api.call("PUT", "/api/v1/flags/prefix_routing", role="operator", json={"value": True},
                                  headers={"X-Fleet-Reason": f"why{encoded}"}), 422, "X-Fleet-Reason", before)
     assert api.call("GET", "/api/v1/audit", role="viewer").status_code == 200  # the refusals were recorded
 
 
 def test_a_value_no_member_of_a_union_accepts_names_the_field(api: Api) -> None:
-    response = api.call("PUT", "/api/v1/flags/kill", role="operator", content=b'{"value": [1]}',
+    response = api.call("PUT", "/api/v1/flags/prefix_routing", role="operator", content=b'{"value": [1]}',
                         headers={"content-type": "application/json"})
     assert response.status_code == 422
     error = response.json()["error"]

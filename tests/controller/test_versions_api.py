@@ -33,13 +33,16 @@ def test_if_match_on_a_missing_object_is_a_404_and_a_bad_one_a_422(api: Api) -> 
     missing = api.call("PUT", "/api/v1/deployments/ghost", role="operator", json={"class_ref": ref, "replicas": 1},
                        headers={"If-Match": '"1"'})
     assert missing.status_code == 404
-    bad = api.call("PUT", "/api/v1/flags/f", role="operator", json={"value": 1}, headers={"If-Match": "latest"})
+    bad = api.call("PUT", "/api/v1/flags/pd_push", role="operator", json={"value": True, "reason": "t"},
+                   headers={"If-Match": "latest"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "If-Match"
 
 
 def test_a_flag_advances_its_version_only_when_it_changes(api: Api) -> None:
-    first = api.call("PUT", "/api/v1/flags/kill", role="operator", json={"value": False}).json()
-    same = api.call("PUT", "/api/v1/flags/kill", role="operator", json={"value": False}).json()
-    changed = api.call("PUT", "/api/v1/flags/kill", role="operator", json={"value": True}, headers={"If-Match": '"1"'})
+    body = {"reason": "test"}
+    first = api.call("PUT", "/api/v1/flags/pd_push", role="operator", json={"value": False, **body}).json()
+    same = api.call("PUT", "/api/v1/flags/pd_push", role="operator", json={"value": False, **body}).json()
+    changed = api.call("PUT", "/api/v1/flags/pd_push", role="operator", json={"value": True, **body},
+                       headers={"If-Match": '"1"'})
     assert (first["version"], same["version"], changed.json()["version"]) == (1, 1, 2)
-    assert api.call("GET", "/api/v1/flags", role="viewer").json()["kill"]["version"] == 2
+    assert api.call("GET", "/api/v1/flags", role="viewer").json()["pd_push"]["version"] == 2

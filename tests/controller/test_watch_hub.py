@@ -27,8 +27,9 @@ def runtime(db_url: str, tmp_path: Path) -> Iterator[ControllerRuntime]:
 
 
 def set_flag(runtime: ControllerRuntime, name: str, value: int) -> None:
+    """A change the watch sees: the per-model flag shed_fraction:`name` at value / 100."""
     with runtime.store.session() as session:
-        flags.set_flag(session, name, value, "test", runtime.clock())
+        flags.set_flag(session, f"shed_fraction:{name}", value / 100, "test", runtime.clock(), reason="test")
 
 
 def event_of(frame: bytes) -> tuple[str, str]:

@@ -18,6 +18,8 @@ from fleetctl.controller.watch_contract import WATCH_KINDS, WatchDelta, WatchPin
 from fleetctl.errors import AuthError
 from fleetctl.watch_state import FleetState
 
+SHED = "shed_fraction:smollm2-135m"  # a flag whose value the tests change
+
 
 @pytest.fixture
 def fleet(db_url: str, tmp_path: Path):
@@ -42,8 +44,8 @@ def test_the_first_event_is_a_snapshot_of_every_kind(fleet: WatchFleet) -> None:
     state.apply(snapshot)
     assert state.engines()[f"{NODE}/{engine}"].state == "ready"
     assert state.controller().replica == f"127.0.0.1:{fleet.server.settings.port}"
-    assert state.pulse().engines_ready == 1 and state.pulse().flags == {"pd-push": True}
-    assert list(state.flags()) == ["pd-push"] and state.flags()["pd-push"].value is True
+    assert state.pulse().engines_ready == 1 and state.pulse().flags == {"pd_push": False}
+    assert list(state.flags()) == ["pd_push"] and state.flags()["pd_push"].value is False
     assert [d.fault for d in state.drills().values()] == ["rope_perturb"]
     assert [r.to_ref for r in state.rollouts().values()] == ["chat@r2"]
     assert state.traffic()["smollm2-135m"].weights == {"chat@r1": 1.0}
@@ -87,12 +89,12 @@ def test_resuming_with_the_last_token_gets_exactly_the_missed_deltas(fleet: Watc
     viewer = fleet.viewer()
     state = FleetState()
     state.apply(viewer.next())
-    operator.set_flag("one", 1)
+    operator.set_flag(SHED, 0.1, reason="test")
     fleet.tick()
     state.apply(viewer.next())
     viewer.close()  # the viewer goes away; two changes happen meanwhile
     for value in (2, 3):
-        operator.set_flag("one", value)
+        operator.set_flag(SHED, value / 10, reason="test")
         fleet.tick()
     back = fleet.viewer(resume=state.token)
     missed = back.take(2)
@@ -100,7 +102,7 @@ def test_resuming_with_the_last_token_gets_exactly_the_missed_deltas(fleet: Watc
     assert [m.token for m in missed] == [f"{fleet.hub.epoch}-2", f"{fleet.hub.epoch}-3"]
     for message in missed:
         assert not state.apply(message).reset
-    assert state.flags()["one"].value == 3 and state.snapshots == 1
+    assert state.flags()[SHED].value == 0.3 and state.snapshots == 1
     assert state.resources == fresh_snapshot(fleet).resources
     assert fleet.hub.counters.resumes == 1
     back.close()
@@ -120,17 +122,17 @@ def test_a_token_whose_deltas_were_dropped_gets_a_snapshot(db_url: str, tmp_path
         first = fresh_snapshot(fleet)
         operator = fleet.client("operator")
         for value in (1, 2, 3):
-            operator.set_flag("f", value)
+            operator.set_flag(SHED, value / 10, reason="test")
             fleet.tick()
         assert fleet.hub.counters.dropped == 2
         old = fleet.viewer(resume=first.token)
         snapshot = old.next()
         assert isinstance(snapshot, WatchSnapshot) and snapshot.token == f"{fleet.hub.epoch}-3"
-        assert snapshot.resources["flag"]["f"]["value"] == 3
+        assert snapshot.resources["flag"][SHED]["value"] == 0.3
         old.close()
         latest = fleet.viewer(resume=f"{fleet.hub.epoch}-2")  # the delta after it is still held
         assert latest.next().token == f"{fleet.hub.epoch}-3"
-        operator.set_flag("f", 4)
+        operator.set_flag(SHED, 0.4, reason="test")
         fleet.tick()
         assert latest.next().token == f"{fleet.hub.epoch}-4"
         latest.close()
@@ -162,7 +164,8 @@ def test_a_reader_that_reads_nothing_delays_neither_the_ticks_nor_another_viewer
         viewer.next()
         ticks = fleet.hub.counters.ticks
         for value in range(40):
-            operator.set_flag("busy", "x" * 900 + str(value))  # 40 deltas of ~2 kB pile up for the slow one
+            # 40 deltas of ~2 kB (the override's reason) pile up for the slow one
+            operator.set_flag(SHED, value / 100, reason="x" * 1900 + str(value))
             assert fleet.tick() is True
             assert viewer.next().token == f"{fleet.hub.epoch}-{value + 1}"
         assert fleet.hub.counters.ticks == ticks + 40
@@ -181,7 +184,7 @@ def test_each_delta_is_serialised_once_whatever_the_number_of_viewers(fleet: Wat
     assert fleet.hub.counters.snapshot_serialisations == serialised + 1  # one snapshot, cached for all three
     operator = fleet.client("operator")
     for value in range(5):
-        operator.set_flag("shared", value)
+        operator.set_flag(SHED, value / 10, reason="test")
         fleet.tick()
     received = [[m.token for m in v.take(5)] for v in viewers]
     assert received[0] == received[1] == received[2] and len(set(received[0])) == 5

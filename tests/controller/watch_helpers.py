@@ -112,7 +112,7 @@ def populate(fleet: WatchFleet) -> str:
     operator.apply_class("chat", {**SPEC, "max_num_seqs": 128})
     operator.set_traffic(MODEL, {"chat@r1": 1.0})
     operator.start_rollout({"model": MODEL, "to": "chat@r2", "steps": [{"scale": {}}, {"setWeight": 50}]})
-    operator.set_flag("pd-push", True)
+    operator.set_flag("pd_push", False, reason="test")
     operator.start_plant_drill(engine, "rope_perturb", 600)
     clock = Clock()
     clock.now = datetime.now(timezone.utc)

@@ -56,11 +56,11 @@ async def test_follow_sees_changes_then_the_outage_then_a_new_epochs_snapshot(tm
             first = await next_item(stream)
             assert isinstance(first, WatchSnapshot)
             with ControllerClient(url, token) as operator:
-                operator.set_flag("watched", True, reason="test")
+                operator.set_flag("pd_push", False, reason="test")
             item = await next_item(stream)
             while not (isinstance(item, WatchDelta) and any(c.kind == "flag" for c in item.changes)):
                 item = await next_item(stream)
-            assert [c.key for c in item.changes if c.kind == "flag"] == ["watched"]
+            assert [c.key for c in item.changes if c.kind == "flag"] == ["pd_push"]
             assert epoch(item.token) == epoch(first.token)
 
             process.send_signal(signal.SIGINT)
@@ -74,7 +74,7 @@ async def test_follow_sees_changes_then_the_outage_then_a_new_epochs_snapshot(tm
             while isinstance(again, Disconnected):  # tries made while it was starting
                 again = await next_item(stream)
             assert isinstance(again, WatchSnapshot) and epoch(again.token) != epoch(first.token)
-            assert again.resources["flag"]["watched"]["value"] is True
+            assert again.resources["flag"]["pd_push"]["value"] is False
             await stream.aclose()
     finally:
         if process.poll() is None:

@@ -33,4 +33,4 @@ def test_the_controller_api_survives_fuzzing(db_url: str, tmp_path: Path) -> Non
         assert {200, 422} <= set(report.totals())  # it reached handlers and their validation
         with httpx.Client(base_url=server.url, headers=admin) as api:
             assert api.get("/api/v1/status").status_code == 200
-            assert api.put("/api/v1/flags/after-fuzz", json={"value": True}).status_code == 200
+            assert api.put("/api/v1/flags/prefix_routing", json={"value": True, "reason": "after the fuzz"}).status_code == 200

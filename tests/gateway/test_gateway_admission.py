@@ -62,3 +62,21 @@ def test_admission_can_be_turned_off(launcher: Launcher, engine: Proc) -> None:
     response = gateway.post("/v1/completions", {"model": "tiny", "prompt": "word " * 300, "max_tokens": 2})
     assert response.status_code == 200
     assert metric_value(gateway.metrics(), "fleet_gateway_admission_decisions_total") == 0
+
+
+def test_the_admission_control_flag_turns_it_off_and_shed_fraction_refuses_before_any_work(
+        launcher: Launcher, engine: Proc) -> None:
+    """The flags as the routing table carries them (static mode takes them on the command line)."""
+    unadmitted = launcher.gateway("--engines", engine.url, "--ttft-slo-s", "0.05", "--flag", "admission_control=false")
+    response = unadmitted.post("/v1/completions", {"model": "tiny", "prompt": "word " * 300, "max_tokens": 2})
+    assert response.status_code == 200, response.text  # the SLO would refuse it (the first test)
+    assert metric_value(unadmitted.metrics(), "fleet_gateway_admission_decisions_total") == 0
+    shedding = launcher.gateway("--engines", engine.url, "--flag", "shed_fraction:tiny=1")
+    before = metric_value(scrape(engine.get("/metrics").text), "vllm:request_success_total")
+    refused = [shedding.post("/v1/completions", SHORT) for _ in range(3)]
+    assert [r.status_code for r in refused] == [429] * 3 and {r.headers["Retry-After"] for r in refused} == {"2"}
+    assert "shed_fraction" in refused[0].json()["error"]["message"]
+    assert metric_value(shedding.metrics(), "fleet_gateway_shed_total", model="tiny") == 3
+    assert metric_value(scrape(engine.get("/metrics").text), "vllm:request_success_total") == before  # no work done
+    other_model = shedding.post("/v1/completions", {**SHORT, "model": "nope"})
+    assert other_model.status_code == 404  # a model that does not exist is not "shed"

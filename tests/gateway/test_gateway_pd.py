@@ -87,7 +87,7 @@ def test_every_handoff_is_measured(pd_gateway: Proc, engines: dict[str, Proc]) -
 
 def test_a_flag_turns_pd_off_for_the_model(launcher: Launcher, engines: dict[str, Proc], mixed_gateway: Proc) -> None:
     entries = f"{static_entry(engines['prefill'], 'prefill')},{static_entry(engines['decode'], 'decode')}"
-    gateway = launcher.gateway("--engines", entries, "--flag", "pd_disabled:tiny=true")
+    gateway = launcher.gateway("--engines", entries, "--flag", "pd_disaggregation:tiny=false")
     body = {**GREEDY, "prompt": PROMPT}
     response = gateway.post("/v1/completions", body)
     assert served_by(response) in {name(engines["prefill"]), name(engines["decode"])}

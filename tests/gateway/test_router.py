@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fleetctl.gateway.admission import EngineLoad, ModelSLO, RunningDecode
-from fleetctl.gateway.router import MIXED, PD, Candidate, choose_mode, pd_disabled_by_flag, plan_route
-from fleetctl.gateway.scorer import EngineView, RouteRequest, ScorerPolicy
+from fleetctl.gateway.router import MIXED, PD, Candidate, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
+from fleetctl.gateway.scorer import EngineView, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
 
 HASHES = list(range(100, 110))
 
@@ -27,10 +27,11 @@ def test_pd_needs_the_model_flag_and_healthy_engines_of_both_roles() -> None:
 
 
 def test_the_flag_reads_common_truthy_values() -> None:
-    assert pd_disabled_by_flag({"pd_disabled:m": True}, "m")
-    assert pd_disabled_by_flag({"pd_disabled:m": "yes"}, "m")
-    assert not pd_disabled_by_flag({"pd_disabled:m": "false"}, "m")
-    assert not pd_disabled_by_flag({"pd_disabled:other": True}, "m")
+    assert pd_disabled_by_flag({"pd_disaggregation:m": False}, "m")
+    assert pd_disabled_by_flag({"pd_disaggregation:m": "off"}, "m")
+    assert not pd_disabled_by_flag({"pd_disaggregation:m": "true"}, "m")
+    assert not pd_disabled_by_flag({"pd_disaggregation:other": False}, "m")
+    assert not pd_disabled_by_flag({}, "m")  # the default: on
 
 
 def test_pd_ranks_prefill_by_locality_and_decode_by_load() -> None:
@@ -69,3 +70,13 @@ def test_admission_sees_only_the_engines_that_would_serve() -> None:
     pd = [candidate("p", "prefill"), candidate("d", "decode", running=2)]
     plan = plan_route(RouteRequest(HASHES, 160), 16, "c@r1", (PD, None), pd, ScorerPolicy(), slo)
     assert not plan.admitted and "on d" in plan.admission.reason
+
+
+def test_prefix_routing_off_ranks_on_load_alone() -> None:
+    views = [candidate("cached", "mixed", cached=40, waiting=2).view, candidate("idle", "mixed").view]
+    request = RouteRequest(tuple(range(40)), 640, None, "c@r1")
+    policy = ScorerPolicy()
+    on = rank_engines(request, RoutingSnapshot(views), scorer_policy(policy, {}))
+    off = rank_engines(request, RoutingSnapshot(views), scorer_policy(policy, {"prefix_routing": False}))
+    assert on[0].engine_id == "cached" and off[0].engine_id == "idle"
+    assert scorer_policy(policy, {"prefix_routing": True}) is policy

@@ -114,7 +114,7 @@ async def test_the_evidence_follows_the_cursor() -> None:
 
 
 async def test_quality_without_canary_data_says_not_measured_plainly() -> None:
-    app = app_with(Script(snapshot(canary=[], drills=[], flags={"canary-probes": False})))
+    app = app_with(Script(snapshot(canary=[], drills=[], flags={"canary_probes": False})))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("3")
         await pilot.pause()

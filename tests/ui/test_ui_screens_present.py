@@ -114,7 +114,7 @@ def test_no_canary_data_says_not_measured_and_why() -> None:
     assert quality.no_data({}).plain.startswith("not measured: no canary streams yet")
     from fleetctl.controller.responses import FlagView
 
-    off = {"canary-probes": FlagView(value=False, updated_at="x", updated_by="alice")}
+    off = {"canary_probes": FlagView(value=False, updated_at="x", updated_by="alice")}
     assert "canary probes are off" in quality.no_data(off).plain
 
 

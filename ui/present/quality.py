@@ -162,8 +162,8 @@ def drill_lines(drills: Iterable[DrillView], now: datetime) -> list[Text]:
 
 
 def no_data(flags: Mapping[str, FlagView]) -> Text:
-    probes = flags.get("canary-probes")
-    why = ("canary probes are off (flag canary-probes=false)" if probes is not None and probes.value is False
+    probes = flags.get("canary_probes")
+    why = ("canary probes are off (flag canary_probes=false)" if probes is not None and probes.value is False
            else "no canary streams yet: a golden set and a recorded reference are needed (docs/canary.md)")
     return Text.assemble((f"{NOT_MEASURED}: ", "bold"), why)
 

@@ -146,7 +146,8 @@ def _held(t: _Tick) -> bool:
     if t.obs.frozen and s.paused_by is None:
         t.update(paused_by=FREEZE, pause_reason=s.pause_reason or FROZEN,
                  phase=ABORTING if s.phase == ABORTING else PAUSED)
-        t.record("paused", "frozen (break-glass): the rollout waits for the freeze to lift", s.step_index)
+        t.record("paused", "frozen (break-glass freeze or the rollout_automation flag off): the rollout waits "
+                 "for it to lift", s.step_index)
     elif not t.obs.frozen and s.paused_by == FREEZE:
         t.update(paused_by=None, pause_reason=None if s.pause_reason == FROZEN else s.pause_reason)
         t.record("resumed", "the freeze lifted", s.step_index)
