@@ -25,6 +25,8 @@ app = typer.Typer(no_args_is_help=True, help="Feature flags and kill switches: l
 FlagArg = Annotated[str, typer.Argument(help=f"the flag: {', '.join(sorted(CATALOG))}", show_default=False)]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="the model of a per-model flag",
                                                  show_default=False)]
+WaitOption = Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every live gateway applied it")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways")]
 
 LIST_COLUMNS = [
     Column("FLAG", lambda r: r["key"]), Column("VALUE", lambda r: _shown(r["value"])),
@@ -88,8 +90,8 @@ def set_flag(
     ttl: Annotated[str | None, typer.Option("--ttl", help="revert to the default after this long (90s, 30m, 2h, 1d); "
                                             "set again to renew", show_default=False)] = None,
     reason: ReasonOption = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every live gateway applied it")] = True,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways")] = 30.0,
+    wait: WaitOption = True,
+    timeout: TimeoutOption = 30.0,
     output: OutputOption = Format.table,
 ) -> None:
     """Override a flag, e.g. `fleetctl flag set shed_fraction 0.2 --model chat --ttl 30m --reason overload`."""
@@ -111,8 +113,8 @@ def unset_flag(
     name: FlagArg,
     model: ModelOption = None,
     reason: ReasonOption = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every live gateway applied it")] = True,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways")] = 30.0,
+    wait: WaitOption = True,
+    timeout: TimeoutOption = 30.0,
     output: OutputOption = Format.table,
 ) -> None:
     """Remove a flag's override: it has its default again."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fleetctl.client.endpoint import Request, endpoint, params_of
+from fleetctl.controller.canary_ref_responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
 from fleetctl.controller.responses import (
-    CanaryClassView, CanaryEventView, CanaryStreamView, DrillStarted, DrillStopResult, DrillView, GoldenSetStored,
-    GoldenSetSummary, ReferenceSummary,
+    CanaryClassView, CanaryEventView, CanaryStreamView, DrillStarted, DrillStopResult, DrillView,
 )
 
 

@@ -107,3 +107,14 @@ def weights(api: Api) -> dict[str, float]:
 
 def replicas(api: Api) -> dict[str, int]:
     return {d["name"]: d["replicas"] for d in api.call("GET", "/api/v1/deployments", role="viewer").json()}
+
+
+def tick(api: Api, agent: Agent, gateway: Gateway | None, seconds: float = 1.0, rollout_id: int = 1) -> dict[str, Any]:
+    """Time passes; the controller reconciles; the agent and the gateway catch up. The rollout, after."""
+    api.clock.advance(seconds)
+    api.reconcile()
+    agent.settle()
+    if gateway is not None:
+        gateway.refresh()
+    api.reconcile()
+    return show(api, rollout_id)

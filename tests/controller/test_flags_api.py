@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from ctl_helpers import Api, apply_class, beat, deploy, register
-from rollout_helpers import R2, Gateway, served_by_r1, show, spec, start
+from rollout_helpers import R2, Gateway, served_by_r1, spec, start, tick
 
 from fleetctl.flag_catalog import CATALOG, FlagError, coerce, parse_key, parse_ttl, value_of
 
@@ -152,19 +152,9 @@ def test_rollout_automation_off_pauses_rollouts_as_a_freeze_and_on_resumes_them(
     gateway.refresh()
     assert start(api, spec()).status_code == 201
     assert put(api, "rollout_automation", False).status_code == 200
-    for _ in range(3):
-        api.clock.advance(1)
-        api.reconcile()
-        agent.settle()
-        gateway.refresh()
-    held = show(api, 1)
+    held = [tick(api, agent, gateway) for _ in range(3)][-1]
     assert (held["phase"], held["paused_by"], held["step_index"]) == ("paused", "freeze", 0), held
     api.call("DELETE", "/api/v1/flags/rollout_automation", role="operator", headers={"X-Fleet-Reason": "done"})
-    for _ in range(5):
-        api.clock.advance(1)
-        api.reconcile()
-        agent.settle()
-        gateway.refresh()
-    moved = show(api, 1)
+    moved = [tick(api, agent, gateway) for _ in range(5)][-1]
     assert moved["paused_by"] is None and moved["step_index"] > 0, moved
     assert R2 in moved["desired"]

@@ -13,7 +13,8 @@ from typing import Any
 from ctl_helpers import Api, Clock
 from fastapi.testclient import TestClient
 from rollout_helpers import (
-    MODEL, R1, R2, Agent, Gateway, audit_actions, command, history, replicas, served_by_r1, show, spec, start, weights,
+    MODEL, R1, R2, Agent, Gateway, audit_actions, command, history, replicas, served_by_r1, show, spec, start, tick,
+    weights,
 )
 
 from fleetctl.controller.api.app import create_app
@@ -23,17 +24,6 @@ from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.testing import role_tokens
 
 B_DEPLOYMENT = "chat-chat-r2"
-
-
-def tick(api: Api, agent: Agent, gateway: Gateway | None, seconds: float = 1.0) -> dict[str, Any]:
-    """Time passes; the controller reconciles; the agent and the gateway catch up. The rollout, after."""
-    api.clock.advance(seconds)
-    api.reconcile()
-    agent.settle()
-    if gateway is not None:
-        gateway.refresh()
-    api.reconcile()
-    return show(api, 1)
 
 
 def run_until(api: Api, agent: Agent, gateway: Gateway | None, done: Callable[[dict[str, Any]], bool],

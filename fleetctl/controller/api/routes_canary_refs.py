@@ -21,7 +21,7 @@ from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
 from fleetctl.controller.models import CanaryReference, GoldenSetRow
-from fleetctl.controller.responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
+from fleetctl.controller.canary_ref_responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body
 

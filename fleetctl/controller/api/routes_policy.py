@@ -83,7 +83,7 @@ def flag_set(key: str, body: FlagSet, response: Response, change: Change = Depen
     A value not of the flag's type is a 422 naming `value`. `generation` is the routing generation that
     includes the change. With `If-Match: "<version>"` only if the override is at that version (409)."""
     runtime = change.runtime
-    _parse(key)
+    spec, model = _parse(key)
     if not change.reason:
         raise ValidationFailed("reason: a flag override needs a reason (X-Fleet-Reason or `reason`)", field="reason")
     with runtime.store.session() as session:
@@ -95,7 +95,7 @@ def flag_set(key: str, body: FlagSet, response: Response, change: Change = Depen
         change.record(session, target=f"flags/{key}", result=OK if outcome.changed else NOOP,
                       detail={"ttl_s": body.ttl_s} if body.ttl_s is not None else None)
         generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
-        value = flags.flag_view(key, *_parse(key), session.get(FeatureFlag, key), now)["value"]
+        value = flags.flag_value(session, spec.name, now, model)
     response.headers["ETag"] = etag(outcome.version)
     runtime.wake()  # the controller's own flags apply at the next pass: now
     return {"name": key, "value": value, "result": "changed" if outcome.changed else "unchanged",
