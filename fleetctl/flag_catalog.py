@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FlagValue = bool | float
+from fleetctl.replica_class import REF_PATTERN
+
+FlagValue = bool | float | str | None
 Scope = Literal["fleet", "model"]
 Reader = Literal["gateway", "controller"]
 
@@ -30,17 +32,20 @@ class FlagError(ValueError):
 @dataclass(frozen=True)
 class FlagSpec:
     name: str
-    kind: type  # bool or float
+    kind: type  # bool, float, or str (a class revision NAME@rN)
     default: FlagValue
     scope: Scope
     read_by: Reader  # who applies it: gateways (from the routing table) or the controller
     summary: str  # what it does when set to a value other than its default (docs/flags.md says more)
     minimum: float | None = None
     maximum: float | None = None
+    admin: bool = False  # a break-glass flag: only an admin token may change it (fleetctl breakglass)
 
     def describe_type(self) -> str:
         if self.kind is bool:
             return "boolean"
+        if self.kind is str:
+            return "class revision (NAME@rN)"
         return f"number in [{self.minimum:g}, {self.maximum:g}]"
 
 
@@ -62,7 +67,16 @@ CATALOG: dict[str, FlagSpec] = {spec.name: spec for spec in (
              "off: rollouts stop advancing and show paused_by: flag; serving continues"),
     FlagSpec("reconciler", bool, True, "fleet", "controller",
              "off: placement stops changing the fleet (no engine started, stopped or drained); serving continues"),
+    FlagSpec("freeze", bool, False, "fleet", "controller",
+             "on: the reconciler and every rollout stop changing the fleet (rollouts show paused_by: freeze); "
+             "serving continues", admin=True),
+    FlagSpec("pin", str, None, "model", "gateway",
+             "NAME@rN: all of the model's traffic goes to that class revision, over its weights, drills and "
+             "rollouts (its rollouts show paused_by: pin)", admin=True),
 )}
+
+# Flags a kill switch turns off: the boolean ones that are on unless overridden.
+KILL_SWITCHES = tuple(name for name, spec in CATALOG.items() if spec.kind is bool and spec.default is True)
 
 MAX_TTL_S = 30 * 24 * 3600.0  # an override lives at most 30 days before it must be renewed
 
@@ -93,6 +107,10 @@ def coerce(spec: FlagSpec, value: Any) -> FlagValue:
         if isinstance(value, str) and value.strip().lower() in _WORDS:
             return _WORDS[value.strip().lower()]
         raise FlagError(f"value: {spec.name} is a boolean (true or false), not {value!r}", "value")
+    if spec.kind is str:
+        if isinstance(value, str) and REF_PATTERN.match(value):
+            return value
+        raise FlagError(f"value: {spec.name} is a {spec.describe_type()}, not {value!r}", "value")
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise FlagError(f"value: {spec.name} is a {spec.describe_type()}, not {value!r}", "value")
     try:

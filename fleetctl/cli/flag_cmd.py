@@ -29,15 +29,15 @@ WaitOption = Annotated[bool, typer.Option("--wait/--no-wait", help="wait until e
 TimeoutOption = Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for gateways")]
 
 LIST_COLUMNS = [
-    Column("FLAG", lambda r: r["key"]), Column("VALUE", lambda r: _shown(r["value"])),
-    Column("DEFAULT", lambda r: _shown(r["default"])), Column("OVERRIDE", lambda r: _override(r)),
+    Column("FLAG", lambda r: r["key"]), Column("VALUE", lambda r: shown_value(r["value"])),
+    Column("DEFAULT", lambda r: shown_value(r["default"])), Column("OVERRIDE", lambda r: _override(r)),
     Column("READ BY", lambda r: r.get("read_by") or "-"),
 ]
-SET_COLUMNS = [col("FLAG", "name"), Column("VALUE", lambda r: _shown(r["value"])), col("RESULT", "result"),
+SET_COLUMNS = [col("FLAG", "name"), Column("VALUE", lambda r: shown_value(r["value"])), col("RESULT", "result"),
                Column("EXPIRES", lambda r: r.get("expires_at") or "-"), col("GENERATION", "generation")]
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
@@ -98,12 +98,12 @@ def set_flag(
     key = flag_key(name, model)
     if not reason:
         raise ValidationFailed("--reason is required: say why (it goes into the audit log)", field="reason")
-    ttl_s = _ttl(ttl)
+    ttl_s = ttl_seconds(ttl)
     api = client(ctx)
     result = api.set_flag(key, value, reason=reason, ttl_s=ttl_s)
     until = f", until {result.expires_at}" if result.expires_at else ""
-    status(f"flag {key}: {result.result} ({_shown(result.value)}{until})")
-    shown = _applied(api, to_plain(result), key, wait, timeout)
+    status(f"flag {key}: {result.result} ({shown_value(result.value)}{until})")
+    shown = applied(api, to_plain(result), key, wait, timeout)
     emit(shown, output, SET_COLUMNS)
 
 
@@ -122,11 +122,11 @@ def unset_flag(
     api = client(ctx)
     result = api.unset_flag(key, reason=reason)
     status(f"flag {key}: {'back to its default' if result.result == 'changed' else 'had no override'} "
-           f"({_shown(result.value)})")
-    emit(_applied(api, to_plain(result), key, wait, timeout), output, SET_COLUMNS)
+           f"({shown_value(result.value)})")
+    emit(applied(api, to_plain(result), key, wait, timeout), output, SET_COLUMNS)
 
 
-def _ttl(text: str | None) -> float | None:
+def ttl_seconds(text: str | None) -> float | None:
     if text is None:
         return None
     try:
@@ -135,7 +135,7 @@ def _ttl(text: str | None) -> float | None:
         raise ValidationFailed(f"--ttl: {exc}", field="ttl") from None
 
 
-def _applied(api: Any, shown: dict[str, Any], key: str, wait: bool, timeout: float) -> dict[str, Any]:
+def applied(api: Any, shown: dict[str, Any], key: str, wait: bool, timeout: float) -> dict[str, Any]:
     spec, _model = parse_key(key)
     if spec.read_by == "controller":
         status("the controller applies it at its next reconcile pass")

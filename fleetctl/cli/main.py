@@ -21,6 +21,7 @@ import typer
 from fleetctl.cli import (
     agent_cmd,
     audit_cmd,
+    breakglass_cmd,
     canary_cmd,
     class_cmd,
     controller_cmd,
@@ -55,6 +56,7 @@ COMMAND_MODULES: list[ModuleType] = [
     gateway_cmd,  # gateway serve; route explain (NAME None: merged at the top level)
     traffic_cmd,  # traffic get|set
     flag_cmd,  # flag list|get|set|unset
+    breakglass_cmd,  # breakglass freeze|unfreeze|pin|unpin|shed|kill-switch|status
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
     drill_cmd,  # drill misroute|plant|stop|list

@@ -71,7 +71,8 @@ def status(
         emit(data, output)
         return
     plain = to_plain(data)
-    heading = f"controller: {'leader' if data.controller.leader else 'follower'}" + drift_line(data.drifted)
+    heading = (f"controller: {'leader' if data.controller.leader else 'follower'}"
+               + break_glass_lines(plain.get("break_glass")) + drift_line(data.drifted))
     typer.echo(render(heading, [("NODES", plain["nodes"], NODE_COLUMNS), ("ENGINES", plain["engines"], ENGINE_COLUMNS),
                                 ("DEPLOYMENTS", plain["deployments"], DEPLOYMENT_COLUMNS),
                                 ("GATEWAYS", plain.get("gateways") or [], GATEWAY_COLUMNS)]))
@@ -86,6 +87,27 @@ def render(heading: str, sections: list[Section]) -> str:
     for title, rows, columns in sections:
         parts.append(table(rows, columns) if rows else f"{title}: none")
     return "\n\n".join(parts)
+
+
+def break_glass_lines(holds: dict[str, Any] | None) -> str:
+    """A line for a freeze and one per pinned model: who, why, until when, and how to lift it."""
+    if not holds:
+        return ""
+    lines = []
+    if holds.get("frozen"):
+        lines.append("FROZEN: the reconciler and rollouts change nothing" + _held_by(holds.get("freeze"))
+                     + " (fleetctl breakglass unfreeze)")
+    for model, pin in sorted((holds.get("pins") or {}).items()):
+        lines.append(f"PINNED: all of {model}'s traffic goes to {pin['value']}" + _held_by(pin)
+                     + f" (fleetctl breakglass unpin {model})")
+    return "".join(f"\n{line}" for line in lines)
+
+
+def _held_by(view: dict[str, Any] | None) -> str:
+    if not view:
+        return ""
+    until = f" until {view['expires_at']}" if view.get("expires_at") else ""
+    return f"; by {view.get('updated_by')}{until}: {view.get('reason') or '(no reason)'}"
 
 
 def drift_line(drifted: int) -> str:

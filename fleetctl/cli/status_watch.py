@@ -111,6 +111,10 @@ def heading(view: dict[str, Any]) -> str:
     lines = [f"controller: {controller.get('replica', '?')} ({role}) at {_clock(view['at'])}"]
     if pulse:
         lines.append("pulse: " + pulse_line(pulse))
+    if pulse.get("frozen"):
+        lines.append("FROZEN: the reconciler and rollouts change nothing (fleetctl breakglass unfreeze)")
+    lines += [f"PINNED: all of {model}'s traffic goes to {ref} (fleetctl breakglass unpin {model})"
+              for model, ref in sorted((pulse.get("pins") or {}).items())]
     return "\n".join(lines) + drift_line(int(pulse.get("drifted") or 0))
 
 

@@ -54,6 +54,36 @@ class PolicyCalls:
         """Remove the override: the flag has its default again."""
         return Request(path={"key": key}, reason=reason)
 
+    # break-glass (admin; a reason always)
+    @endpoint("POST", "/api/v1/breakglass/freeze", FlagSetResult)
+    def freeze(reason: str | None = None, ttl_s: float | None = None) -> Request:
+        """The reconciler and every rollout stop changing the fleet until unfreeze (or `ttl_s`)."""
+        return Request(json=_ttl({}, ttl_s), reason=reason)
+
+    @endpoint("POST", "/api/v1/breakglass/unfreeze", FlagSetResult)
+    def unfreeze(reason: str | None = None) -> Request:
+        return Request(json={}, reason=reason)
+
+    @endpoint("POST", "/api/v1/breakglass/pin/{model}", FlagSetResult)
+    def pin_model(model: str, class_ref: str, reason: str | None = None, ttl_s: float | None = None) -> Request:
+        """All of the model's traffic to `class_ref`, over weights, drills and rollouts, until unpinned."""
+        return Request(path={"model": model}, json=_ttl({"class_ref": class_ref}, ttl_s), reason=reason)
+
+    @endpoint("DELETE", "/api/v1/breakglass/pin/{model}", FlagSetResult)
+    def unpin_model(model: str, reason: str | None = None) -> Request:
+        return Request(path={"model": model}, reason=reason)
+
+    @endpoint("POST", "/api/v1/breakglass/shed/{model}", FlagSetResult)
+    def shed_model(model: str, fraction: float, reason: str | None = None, ttl_s: float | None = None) -> Request:
+        """Gateways answer `fraction` of the model's requests 429 with Retry-After (0 stops shedding)."""
+        return Request(path={"model": model}, json=_ttl({"fraction": fraction}, ttl_s), reason=reason)
+
+    @endpoint("POST", "/api/v1/breakglass/kill-switch/{flag}", FlagSetResult)
+    def kill_switch(flag: str, model: str | None = None, reason: str | None = None,
+                    ttl_s: float | None = None) -> Request:
+        """Turn a default-on flag off (`flag unset` turns it back on)."""
+        return Request(path={"flag": flag}, json=_ttl({"model": model} if model else {}, ttl_s), reason=reason)
+
     # rollouts
     @endpoint("POST", "/api/v1/rollouts", RolloutView)
     def start_rollout(spec: dict[str, Any], reason: str | None = None) -> Request:
@@ -83,3 +113,7 @@ class PolicyCalls:
     @endpoint("GET", "/api/v1/rollouts/{rollout_id}/history", list[RolloutEventView])
     def rollout_history(rollout_id: int) -> Request:
         return Request(path={"rollout_id": str(rollout_id)})
+
+
+def _ttl(body: dict[str, Any], ttl_s: float | None) -> dict[str, Any]:
+    return {**body, "ttl_s": ttl_s} if ttl_s is not None else body

@@ -79,6 +79,36 @@ def flag_value(session: Session, name: str, now: datetime, model: str | None = N
     return value_of({row.name: row.value} if row is not None and _counts(row, now) else {}, name, model)
 
 
+def frozen(session: Session, now: datetime) -> bool:
+    """Whether rollouts must hold: a break-glass freeze, or the rollout_automation flag off."""
+    return bool(flag_value(session, "freeze", now)) or not flag_value(session, "rollout_automation", now)
+
+
+def reconciler_paused(session: Session, now: datetime) -> bool:
+    """Whether placement must change nothing: a break-glass freeze, or the reconciler flag off."""
+    return bool(flag_value(session, "freeze", now)) or not flag_value(session, "reconciler", now)
+
+
+def pins(session: Session, now: datetime) -> dict[str, str]:
+    """model -> the class revision a break-glass pin sends all its traffic to, for every pin in force."""
+    return {key.partition(":")[2]: value for key, value in overrides(session, now).items()
+            if key.startswith("pin:") and isinstance(value, str)}
+
+
+def break_glass(session: Session, now: datetime) -> dict[str, Any]:
+    """The break-glass holds in force, for `fleetctl status`: the freeze (its flag view, or None) and each
+    pinned model's pin (its flag view, by model)."""
+    rows = {row.name: row for row in session.execute(select(FeatureFlag).where(
+        (FeatureFlag.name == "freeze") | FeatureFlag.name.like("pin:%"))).scalars() if _counts(row, now)}
+    freeze = rows.pop("freeze", None)
+    return {
+        "frozen": freeze is not None and freeze.value is True,
+        "freeze": flag_view("freeze", CATALOG["freeze"], None, freeze, now) if freeze is not None else None,
+        "pins": {key.partition(":")[2]: flag_view(key, CATALOG["pin"], key.partition(":")[2], row, now)
+                 for key, row in sorted(rows.items())},
+    }
+
+
 def expired(session: Session, now: datetime) -> list[FeatureFlag]:
     return [row for row in session.execute(select(FeatureFlag).where(FeatureFlag.expires_at.is_not(None))
                                            .order_by(FeatureFlag.name)).scalars()

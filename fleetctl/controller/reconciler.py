@@ -16,7 +16,7 @@ One run (`PlacementReconciler`; `reconcile_once` is the same three steps in one 
 Every write happens after the whole fleet is read, so the run holds no write lock (SQLite's only one, or
 PostgreSQL's row locks on the marked nodes, which would stall their heartbeats) while it reads and plans.
 Only the leader runs it (see leader.py and reconcile/runner.py). While the `reconciler` flag is off
-(fleetctl/flag_catalog.py) a run decides nothing: the fleet stays as it is and keeps serving.
+or a break-glass freeze holds (fleetctl/flag_catalog.py, flags.reconciler_paused) a run decides nothing: the fleet stays as it is and keeps serving.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from fleetctl.controller.placement import (
 from fleetctl.controller.reconcile.protocol import Result
 
 log = logging.getLogger(__name__)
-RECONCILER_FLAG = "reconciler"
 
 PLACEMENT = "placement"
 
@@ -64,7 +63,7 @@ class Snapshot:
     classes: set[str]
     nodes: list[NodeView]
     last_heartbeats: Mapping[str, datetime] = field(default_factory=dict)  # node name -> its last heartbeat
-    paused: bool = False  # the `reconciler` flag is off: placement changes nothing
+    paused: bool = False  # the `reconciler` flag is off or the fleet is frozen: placement changes nothing
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class PlacementReconciler:
         self.interval_s = interval_s  # seconds between runs when nothing wakes the runner
 
     def snapshot(self, session: Session, now: datetime) -> Snapshot:
-        return replace(load_snapshot(session), paused=not flags.flag_value(session, RECONCILER_FLAG, now))
+        return replace(load_snapshot(session), paused=flags.reconciler_paused(session, now))
 
     def decide(self, snapshot: Snapshot, now: datetime) -> PlacementDecision:
         return decide_placement(snapshot, now, self.down_after_s)

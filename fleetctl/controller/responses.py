@@ -190,6 +190,13 @@ class ControllerInfo(ResponseModel):
     at: str = Field(description="the controller's time of the answer")
 
 
+class BreakGlassHolds(ResponseModel):
+    frozen: bool = Field(default=False, description="a break-glass freeze holds the fleet")
+    freeze: FlagView | None = Field(default=None, description="the freeze's override: who, why, until when")
+    pins: dict[str, FlagView] = Field(default_factory=dict, description="model -> its pin's override (value: the "
+                                      "class revision all its traffic goes to)")
+
+
 class FleetStatus(ResponseModel):
     controller: ControllerInfo = Field(description="the answering controller")
     nodes: list[NodeView] = Field(description="every node")
@@ -198,6 +205,8 @@ class FleetStatus(ResponseModel):
     drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
     gateways: list[GatewayView] = Field(default_factory=list, description="every gateway that reported, with "
                                         "its routing table's generation and age; empty from an older controller")
+    break_glass: BreakGlassHolds | None = Field(default=None, description="the break-glass freeze and pins in "
+                                                "force; none from an older controller")
 
 
 # --- canary drills ---

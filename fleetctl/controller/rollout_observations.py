@@ -16,7 +16,9 @@ Reads only: the rollout reconciler's snapshot, the start checks and the API's vi
 - `quality`: the golden-set canary's word on each revision (canary_streams.quality, verdict.class_quality):
   'fail' when one of its pinned streams is drifting or failing, or the model's production stream alarmed
   blaming it; 'pass' when its batch-1 pinned stream is healthy and nothing fails it; None (not measured)
-  otherwise, never a pass for lack of data.
+  otherwise, never a pass for lack of data;
+- `frozen`: a break-glass freeze, or the rollout_automation flag off (flags.frozen); `pinned`: a break-glass
+  pin of the model (its traffic goes to one revision whatever the weights say).
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ def observe(session: Session, model: str, refs: Iterable[str], now: datetime,
         drifted=drifted,
         served=served,
         quality=canary_streams.quality(session, model, refs),
-        # the rollout_automation flag off holds every rollout as a break-glass freeze would
-        frozen=not flags.flag_value(session, "rollout_automation", now),
+        frozen=flags.frozen(session, now),
+        pinned=flags.flag_value(session, "pin", now, model) is not None,
     )
 
 

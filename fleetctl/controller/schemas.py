@@ -80,6 +80,26 @@ class FlagSet(Body):
                                   "none: until unset. Setting it again renews it")
 
 
+TTL = Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None
+
+
+class BreakGlass(Body):
+    ttl_s: TTL = Field(default=None, description="seconds until the hold lifts by itself; none: until lifted")
+
+
+class BreakGlassPin(BreakGlass):
+    class_ref: ClassRef = Field(description="NAME@rN: the known-good revision all of the model's traffic goes to")
+
+
+class BreakGlassShed(BreakGlass):
+    fraction: Annotated[float, Field(ge=0, le=1)] = Field(description="the fraction of the model's requests "
+                                                          "gateways answer 429 at once (0 stops shedding)")
+
+
+class BreakGlassKill(BreakGlass):
+    model: Name | None = Field(default=None, description="the model, for a per-model flag")
+
+
 class TokenCreate(Body):
     name: Name
     role: TokenRole

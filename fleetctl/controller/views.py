@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from engine.contract import RUNNING_STATES
-from fleetctl.controller import drift, drill_effects, gateways, routing_generation
+from fleetctl.controller import drift, drill_effects, flags, gateways, routing_generation
 from fleetctl.controller.deployments import deployment_view
 from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
 from fleetctl.controller.nodes import node_view
@@ -96,6 +96,7 @@ def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
         "deployments": deployments(session, engine_views),
         "drifted": sum(bool(view["drift"]) for view in engine_views),
         "gateways": gateways.list_gateways(session, now),
+        "break_glass": flags.break_glass(session, now),
     }
 
 

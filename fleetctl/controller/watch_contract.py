@@ -97,7 +97,9 @@ class PulseView(ResponseModel):
     engines_ready: int = Field(default=0, description="engines ready")
     engines_unhealthy: int = Field(default=0, description="engines failed, or on a node that is down")
     drifted: int = Field(default=0, description="running engines whose config differs from their class revision")
-    frozen: bool | None = Field(default=None, description="the fleet is frozen (None: this controller has no freeze)")
+    frozen: bool | None = Field(default=None, description="a break-glass freeze holds the fleet (None: not known)")
+    pins: dict[str, str] = Field(default_factory=dict, description="model -> the class revision a break-glass "
+                                 "pin sends all its traffic to")
     flags: dict[str, Any] = Field(default_factory=dict, description="flag key -> value, every override in force")
 
 

@@ -175,7 +175,8 @@ def pulse(now: datetime, nodes: Sequence[Mapping[str, Any]], engines: Sequence[M
         engines=len(engines), engines_ready=sum(e["state"] == READY for e in engines),
         engines_unhealthy=sum(e["state"] == FAILED or e["node"] in down for e in engines),
         drifted=sum(bool(e.get("drift")) for e in engines),
-        frozen=None,  # there is no fleet freeze yet
+        frozen=flags.get("freeze") is True,
+        pins={key.partition(":")[2]: value for key, value in flags.items() if key.startswith("pin:")},
         flags=dict(flags),
     )
 

@@ -8,8 +8,10 @@ draw in, and the same inputs always pick the same class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+from fleetctl.flag_catalog import value_of
 
 from fleetctl.gateway.errors import InvalidRoute, NoRoute
 
@@ -46,6 +48,14 @@ def choose_class(traffic_weights: Mapping[str, float], pin: str | None, rng_valu
         if rng_value < cumulative / total:  # fractions, not rng_value * total: tiny weights must not underflow
             return ref
     return weighted[-1][0]  # rounding at the top end of the interval
+
+
+def fleet_pin(flags: Mapping[str, Any], model: str, classes: Collection[str]) -> str | None:
+    """The class revision a break-glass pin (`pin:MODEL` flag) sends all of the model's traffic to, over
+    its weights and drills; None without a pin, or when the pinned revision no longer serves the model
+    (then the weights decide: serving something beats refusing everything)."""
+    ref = value_of(flags, "pin", model)
+    return ref if isinstance(ref, str) and ref in classes else None
 
 
 def fits(request_tokens: int, max_tokens: int | None, class_spec: HasContextWindow) -> str | None:

@@ -26,7 +26,7 @@ from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.client import AsyncControllerClient
 from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.admission import ModelSLO
-from fleetctl.gateway.class_choice import choose_class, fits
+from fleetctl.gateway.class_choice import choose_class, fits, fleet_pin
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
 from fleetctl.gateway.errors import BadRequest, InvalidRoute, ModelNotFound, NoRoute
@@ -233,7 +233,8 @@ class GatewayService:
         model_route = table.models.get(model)
         if model_route is None:
             raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-        class_ref = choose_class(model_route.traffic, pin, self.rng())
+        pinned = fleet_pin(table.flags, model, model_route.classes) if pin is None else None
+        class_ref = pinned or choose_class(model_route.traffic, pin, self.rng())
         spec = model_route.classes.get(class_ref)
         if spec is None:
             raise NoRoute(f"class {class_ref} of model {model} has no spec in the routing table")

@@ -27,6 +27,7 @@ READ = {
     "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
     "canary references", "canary golden check", "gateway list", "flag list", "flag get",
+    "breakglass status",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
@@ -34,6 +35,7 @@ DESTRUCTIVE = {
     "traffic shift", "down", "agent drain", "agent restart", "agent stop",
     "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
     "drill misroute", "drill plant",  # they change what production users get
+    "breakglass pin", "breakglass shed", "breakglass kill-switch",  # so do these, on purpose, in an incident
 }
 OTHER = {
     "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",
@@ -43,6 +45,7 @@ OTHER = {
     "canary record",  # stores a golden set and a reference; serves nothing
     "canary probes",  # turns the canary's probes on or off
     "flag set", "flag unset",  # kill switches: a reason is required and audited, and a TTL bounds them
+    "breakglass freeze", "breakglass unfreeze", "breakglass unpin",  # they hold or lift; serving goes on
     "tui",  # the live view in the foreground (its actions confirm in the TUI)
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}

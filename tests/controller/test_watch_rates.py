@@ -110,7 +110,9 @@ def test_the_pulse_sums_the_gateways_and_engines_and_counts_the_fleet() -> None:
     assert (view.tokens_s, view.prefix_hit_rate) == (150.0, 0.2)
     assert (view.window_s, view.routing_table_age_s) == (20.0, 4.0)  # g3 is stale: not counted
     assert (view.nodes, view.nodes_up, view.engines, view.engines_ready) == (2, 1, 3, 2)
-    assert (view.engines_unhealthy, view.drifted, view.frozen, view.flags) == (2, 1, None, {"kill": False})
+    assert (view.engines_unhealthy, view.drifted, view.frozen, view.flags) == (2, 1, False, {"kill": False})
+    held = pulse(at(30), NODES, ENGINES, [e1, e2], GATEWAYS, [g1, g2], {"freeze": True, "pin:chat": "chat@r1"})
+    assert (held.frozen, held.pins) == (True, {"chat": "chat@r1"})
     assert view.at == at(30).isoformat()
 
 

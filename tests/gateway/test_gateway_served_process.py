@@ -99,3 +99,27 @@ def test_requests_are_counted_under_the_revision_that_served_them(fleet: tuple[P
     assert (r2.requests, r2.errors, r2.ttft.count) == (1, 0, 1)
     assert (r3.requests, r3.errors, r3.ttft.count) == (1, 1, 0)
     assert r1.ttft.sum > 0 and r1.ttft.counts[-1] <= r1.ttft.count
+
+
+def test_a_break_glass_pin_sends_every_unpinned_request_to_its_revision_until_unset(
+        fleet: tuple[Proc, Path, Proc]) -> None:
+    controller, _state_dir, gateway = fleet
+
+    def served(ref: str) -> float:
+        return metric_value(gateway.metrics(), "fleet_gateway_class_requests_total", class_ref=ref)
+
+    def applied(generation: int) -> None:
+        with ControllerClient(controller.url, TOKEN) as api:
+            wait_until(lambda: any(g.name == GATEWAY and g.generation >= generation for g in api.list_gateways()),
+                       30, "the gateway to apply the change")
+
+    with ControllerClient(controller.url, TOKEN) as api:
+        applied(api.set_flag("pin:tiny", "tiny@r2", reason="r1 answers drift").generation)
+    before = {ref: served(ref) for ref in ("tiny@r1", "tiny@r2")}
+    assert [gateway.post("/v1/completions", BODY).status_code for _ in range(6)] == [200] * 6
+    assert (served("tiny@r1") - before["tiny@r1"], served("tiny@r2") - before["tiny@r2"]) == (0, 6)
+    with ControllerClient(controller.url, TOKEN) as api:
+        applied(api.unset_flag("pin:tiny", reason="fixed").generation)
+    before = served("tiny@r1")
+    assert [gateway.post("/v1/completions", BODY).status_code for _ in range(20)] == [200] * 20
+    assert served("tiny@r1") > before  # the 1:1 weights decide again (all 20 on r2: one chance in a million)

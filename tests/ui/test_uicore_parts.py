@@ -33,6 +33,13 @@ def test_header_pieces_and_none_as_a_dash() -> None:
     assert next(p for p in pieces(PulseState(pulse=pulse)) if p.label == "nodes").tone == "alert"
 
 
+def test_header_says_when_the_fleet_is_frozen_or_a_model_pinned() -> None:
+    pulse = PulseView(at="x", frozen=True, pins={"chat": "chat@r1"}, flags={"freeze": True, "pin:chat": "chat@r1"})
+    shown = {p.label: (p.value, p.tone) for p in pieces(PulseState(pulse=pulse))}
+    assert shown["frozen:"] == ("YES", "warn") and shown["PINNED"] == ("chat->chat@r1", "warn")
+    assert "PINNED" not in {p.label for p in pieces(PulseState(pulse=PulseView(at="x", frozen=False)))}
+
+
 def test_header_ttft_falls_back_to_the_engines_mean_without_streams() -> None:
     def ttft(**figures: float) -> str:
         return next(p.value for p in pieces(PulseState(pulse=PulseView(at="x", **figures))) if p.label == "TTFT")

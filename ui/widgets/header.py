@@ -66,6 +66,8 @@ def pieces(state: PulseState) -> list[Piece]:
         Piece("table age", fmt.age(pulse.routing_table_age_s)),
         Piece("frozen:", "n/a" if pulse.frozen is None else ("YES" if pulse.frozen else "no"),
               "warn" if pulse.frozen else "value"),
+        *([Piece("PINNED", " ".join(f"{model}->{ref}" for model, ref in sorted(pulse.pins.items())), "warn")]
+          if pulse.pins else []),
         Piece("flags:", _flags(pulse.flags)),
         *state.extra,
     ]

@@ -12,6 +12,7 @@ from fleetctl.controller.api import error_responses, errors
 from fleetctl.controller.api.middleware import RequestGuard, route_index
 from fleetctl.controller.api.routes_admin import router as admin_router
 from fleetctl.controller.api.routes_agents import router as agents_router
+from fleetctl.controller.api.routes_breakglass import router as breakglass_router
 from fleetctl.controller.api.routes_canary import router as canary_router
 from fleetctl.controller.api.routes_canary_refs import router as canary_refs_router
 from fleetctl.controller.api.routes_classes import router as classes_router
@@ -27,7 +28,7 @@ from fleetctl.controller.api.routes_watch import router as watch_router
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
-ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router,
+ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router, breakglass_router,
            gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router, canary_refs_router,
            watch_router)
 

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from fleetctl.controller import drills, flags, routing_generation, traffic, views
+from fleetctl.controller.api import flag_writes
 from fleetctl.controller.api.deps import Change, get_runtime, if_match, mutation, require
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
@@ -15,8 +16,6 @@ from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body, FlagSet, TrafficSet
 from fleetctl.controller.models import FeatureFlag
 from fleetctl.controller.versions import etag
-from fleetctl.errors import ValidationFailed
-from fleetctl.flag_catalog import FlagError, FlagSpec, parse_key
 
 router = APIRouter(prefix="/api/v1", tags=["policy"])
 read = [Depends(require(VIEWER))]
@@ -71,7 +70,7 @@ def flag_list(runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, An
 @router.get("/flags/{key}", name="flag.show", response_model=FlagView, dependencies=read)
 def flag_show(key: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     """One flag (`NAME` or `NAME:MODEL`), overridden or not; 422 naming `name` when the catalog has none."""
-    spec, model = _parse(key)
+    spec, model = flag_writes.parse(key)
     with runtime.store.session() as session:
         return flags.flag_view(key, spec, model, session.get(FeatureFlag, key), runtime.clock())
 
@@ -80,46 +79,21 @@ def flag_show(key: str, runtime: ControllerRuntime = Depends(get_runtime)) -> di
 def flag_set(key: str, body: FlagSet, response: Response, change: Change = Depends(mutation(OPERATOR)),
              expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """Override a catalog flag; `reason` required; `ttl_s`: it reverts to its default that long from now.
-    A value not of the flag's type is a 422 naming `value`. `generation` is the routing generation that
-    includes the change. With `If-Match: "<version>"` only if the override is at that version (409)."""
-    runtime = change.runtime
-    spec, model = _parse(key)
-    if not change.reason:
-        raise ValidationFailed("reason: a flag override needs a reason (X-Fleet-Reason or `reason`)", field="reason")
-    with runtime.store.session() as session:
-        now = runtime.clock()
-        try:
-            outcome = flags.set_flag(session, key, body.value, change.actor, now, expected, change.reason, body.ttl_s)
-        except FlagError as exc:
-            raise ValidationFailed(str(exc), field=exc.field) from None
-        change.record(session, target=f"flags/{key}", result=OK if outcome.changed else NOOP,
-                      detail={"ttl_s": body.ttl_s} if body.ttl_s is not None else None)
-        generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
-        value = flags.flag_value(session, spec.name, now, model)
-    response.headers["ETag"] = etag(outcome.version)
-    runtime.wake()  # the controller's own flags apply at the next pass: now
-    return {"name": key, "value": value, "result": "changed" if outcome.changed else "unchanged",
-            "version": outcome.version, "generation": generation,
-            "expires_at": outcome.expires_at.isoformat() if outcome.expires_at is not None else None}
+    A value not of the flag's type is a 422 naming `value`; a break-glass flag (freeze, pin) needs an admin
+    token (403). `generation` is the routing generation that includes the change. With
+    `If-Match: "<version>"` only if the override is at that version (409)."""
+    spec, _model = flag_writes.parse(key)
+    flag_writes.require_admin_for(change, spec)
+    flag_writes.require_reason(change, "a flag override")
+    result = flag_writes.write_override(change, key, body.value, body.ttl_s, expected)
+    response.headers["ETag"] = etag(result["version"])
+    return result
 
 
 @router.delete("/flags/{key}", name="flag.unset", response_model=FlagSetResult)
 def flag_unset(key: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR)),
                expected: int | None = Depends(if_match)) -> dict[str, Any]:
     """Remove the override: the flag has its default again (`unchanged` when there was none)."""
-    runtime = change.runtime
-    spec, model = _parse(key)
-    with runtime.store.session() as session:
-        removed = flags.unset_flag(session, key, expected)
-        change.record(session, target=f"flags/{key}", result=OK if removed else NOOP)
-        generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
-    runtime.wake()
-    return {"name": key, "value": spec.default, "result": "changed" if removed else "unchanged", "version": None,
-            "generation": generation, "expires_at": None}
-
-
-def _parse(key: str) -> tuple[FlagSpec, str | None]:
-    try:
-        return parse_key(key)
-    except FlagError as exc:
-        raise ValidationFailed(str(exc), field=exc.field) from None
+    spec, _model = flag_writes.parse(key)
+    flag_writes.require_admin_for(change, spec)
+    return flag_writes.remove_override(change, key, expected)

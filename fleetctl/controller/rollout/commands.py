@@ -20,7 +20,7 @@ from datetime import datetime
 
 from fleetctl.controller.rollout.analysis import stop
 from fleetctl.controller.rollout.state import (
-    ABORTED, ABORTING, BY_OPERATOR, COMPLETED, DRIFT, FREEZE, FROZEN, INCONCLUSIVE, INCONCLUSIVE_PHASE, PAUSE_STEP,
+    ABORTED, ABORTING, BREAK_GLASS, BY_OPERATOR, COMPLETED, DRIFT, HOLD_REASONS, INCONCLUSIVE, INCONCLUSIVE_PHASE, PAUSE_STEP,
     PAUSED, PENDING, PROGRESSING, RUNNING, RolloutState,
 )
 from fleetctl.errors import Conflict
@@ -38,9 +38,9 @@ def pause(state: RolloutState, by: str, now: datetime) -> RolloutState:
     _refuse_finished(state, "paused")
     if state.phase == ABORTING:
         raise CommandRefused("rollout_aborting", "the rollout is aborting: traffic is going back to A; wait for it")
-    if state.paused_by not in (None, FREEZE):
+    if state.paused_by is not None and state.paused_by not in BREAK_GLASS:
         raise CommandRefused("already_paused", f"the rollout is already paused by {state.paused_by}")
-    reason = state.pause_reason if state.pause_reason not in (None, FROZEN) else BY_OPERATOR
+    reason = state.pause_reason if state.pause_reason not in (None, *HOLD_REASONS.values()) else BY_OPERATOR
     return state.but(phase=PAUSED, paused_by=by, pause_reason=reason, updated_at=now,
                      message=f"paused by {by}")
 
@@ -48,8 +48,8 @@ def pause(state: RolloutState, by: str, now: datetime) -> RolloutState:
 def resume(state: RolloutState, now: datetime) -> RolloutState:
     """Lift an operator's pause."""
     _refuse_finished(state, "resumed")
-    if state.paused_by == FREEZE:
-        raise CommandRefused("frozen", "the fleet is frozen (break-glass): the rollout resumes when the freeze lifts")
+    if state.paused_by in BREAK_GLASS:
+        raise CommandRefused(_HELD_CODES[state.paused_by], f"{_HELD[state.paused_by]}: the rollout resumes when it lifts")
     if state.paused_by is None:
         raise CommandRefused("not_paused_by_operator", _why_not_resumable(state))
     return state.but(phase=PROGRESSING, paused_by=None, pause_reason=_step_reason(state), updated_at=now,
@@ -61,8 +61,8 @@ def promote(state: RolloutState, now: datetime, full: bool = False) -> RolloutSt
     _refuse_finished(state, "promoted")
     if state.phase == ABORTING:
         raise CommandRefused("rollout_aborting", "the rollout is aborting: nothing to promote")
-    if state.paused_by == FREEZE:
-        raise CommandRefused("frozen", "the fleet is frozen (break-glass): promote after the freeze lifts")
+    if state.paused_by in BREAK_GLASS:
+        raise CommandRefused(_HELD_CODES[state.paused_by], f"{_HELD[state.paused_by]}: promote after it lifts")
     unpaused = state.paused_by is not None
     lifted = state.but(paused_by=None, pause_reason=_step_reason(state), phase=PROGRESSING, updated_at=now)
     if full:
@@ -94,16 +94,20 @@ def retry(state: RolloutState, now: datetime) -> RolloutState:
 
 def aborting(state: RolloutState, reason: str, now: datetime) -> RolloutState:
     """The state an abort starts from (the operator's or an analysis'): runs stopped, traffic to go to A. A
-    freeze keeps holding it; an operator's pause does not."""
+    break-glass hold (freeze or pin) keeps holding it; an operator's pause does not."""
     step_run = stop(state.step_analysis, "aborted") if state.step_analysis is not None else None
     background = stop(state.background, "aborted") if state.background is not None else None
-    paused_by = FREEZE if state.paused_by == FREEZE else None
+    paused_by = state.paused_by if state.paused_by in BREAK_GLASS else None
     return state.but(phase=ABORTING, abort_reason=reason, paused_by=paused_by,
-                     pause_reason=FROZEN if paused_by else None, weight=0, step_analysis=step_run,
+                     pause_reason=HOLD_REASONS[paused_by] if paused_by else None, weight=0, step_analysis=step_run,
                      background=background, updated_at=now, message=f"aborting: {reason}")
 
 
 # --- helpers ---
+
+_HELD = {"freeze": "the fleet is frozen (break-glass)", "pin": "the model is pinned (break-glass)"}
+_HELD_CODES = {"freeze": "frozen", "pin": "pinned"}
+
 
 def _refuse_finished(state: RolloutState, verb: str) -> None:
     if state.phase == COMPLETED:

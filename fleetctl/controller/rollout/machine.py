@@ -49,8 +49,8 @@ from fleetctl.controller.rollout.spec import (
     AnalysisStep, PauseStep, RolloutSpec, ScaleUpStep, SetWeightStep, Step, step_kind,
 )
 from fleetctl.controller.rollout.state import (
-    ABORTED, ABORTING, COMPLETED, DRIFT, ERROR, FAILED, FREEZE, FROZEN, INCONCLUSIVE, INCONCLUSIVE_PHASE,
-    PAUSE_STEP, PAUSED, PROGRESSING, SUCCESSFUL, TERMINAL, Action, AnalysisRun, Drain, Observations, PauseReason,
+    ABORTED, ABORTING, BREAK_GLASS, COMPLETED, DRIFT, ERROR, FAILED, FREEZE, HOLD_REASONS, INCONCLUSIVE,
+    INCONCLUSIVE_PHASE, PIN, PAUSE_STEP, PAUSED, PROGRESSING, SUCCESSFUL, TERMINAL, Action, AnalysisRun, Drain, Observations, PauseReason,
     Record, RolloutState, ScaleUp, SetWeights, Transition,
 )
 
@@ -141,19 +141,27 @@ class _Tick:
 # --- holds: freeze and operator ---
 
 def _held(t: _Tick) -> bool:
-    """Apply or lift a freeze; True while a freeze or an operator holds the rollout."""
+    """Apply or lift a break-glass hold (a freeze, else a pin of the model); True while one or an operator
+    holds the rollout."""
     s = t.state
-    if t.obs.frozen and s.paused_by is None:
-        t.update(paused_by=FREEZE, pause_reason=s.pause_reason or FROZEN,
+    holder = FREEZE if t.obs.frozen else PIN if t.obs.pinned else None
+    if s.paused_by in BREAK_GLASS and s.paused_by != holder:
+        t.update(paused_by=None, pause_reason=None if s.pause_reason in HOLD_REASONS.values() else s.pause_reason)
+        t.record("resumed", f"the {s.paused_by} lifted", s.step_index)
+        s = t.state
+    if holder is not None and s.paused_by is None:
+        t.update(paused_by=holder, pause_reason=s.pause_reason or HOLD_REASONS[holder],
                  phase=ABORTING if s.phase == ABORTING else PAUSED)
-        t.record("paused", "frozen (break-glass freeze or the rollout_automation flag off): the rollout waits "
-                 "for it to lift", s.step_index)
-    elif not t.obs.frozen and s.paused_by == FREEZE:
-        t.update(paused_by=None, pause_reason=None if s.pause_reason == FROZEN else s.pause_reason)
-        t.record("resumed", "the freeze lifted", s.step_index)
-    if t.obs.frozen:
+        t.record("paused", _HOLD_MESSAGES[holder], s.step_index)
+    if holder is not None:
         t.wake(FREEZE_POLL_S)
     return t.state.paused_by is not None
+
+
+_HOLD_MESSAGES = {
+    FREEZE: "frozen (break-glass freeze or the rollout_automation flag off): the rollout waits for it to lift",
+    PIN: "the model is pinned to one class revision (break-glass pin): the rollout waits for the unpin",
+}
 
 
 # --- abort and completion ---

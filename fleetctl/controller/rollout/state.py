@@ -26,9 +26,13 @@ INCONCLUSIVE = "InconclusiveAnalysisRun"  # an analysis could not decide; promot
 BY_OPERATOR = "PausedByOperator"  # `fleetctl rollout pause`
 DRIFT = "EngineConfigDrift"  # a step would send traffic to an engine that does not run its declared class
 FROZEN = "BreakGlassFreeze"  # the fleet is frozen (break-glass); `paused_by` is FREEZE
+PINNED = "BreakGlassPin"  # the model is pinned to one class revision (break-glass); `paused_by` is PIN
 PauseReason = Literal["CanaryPauseStep", "InconclusiveAnalysisRun", "PausedByOperator", "EngineConfigDrift",
-                      "BreakGlassFreeze"]
+                      "BreakGlassFreeze", "BreakGlassPin"]
 FREEZE = "freeze"  # `paused_by` while a break-glass freeze holds the rollout
+PIN = "pin"  # `paused_by` while a break-glass pin of its model holds the rollout
+BREAK_GLASS = (FREEZE, PIN)  # holds that lift by themselves (not by resume/promote)
+HOLD_REASONS = {FREEZE: FROZEN, PIN: PINNED}
 
 # --- analysis phases (Argo's lattice: a run's phase is its worst metric's) ---
 PENDING, RUNNING, SUCCESSFUL, FAILED, ERROR, INCONCLUSIVE_PHASE = (
@@ -148,6 +152,7 @@ class Observations:
     served: ServedByGateway  # cumulative counters, per gateway and class revision
     quality: Mapping[str, str | None]  # class_ref -> canary verdict "pass" | "fail", None: not measured
     frozen: bool = False  # break-glass freeze: every rollout pauses
+    pinned: bool = False  # break-glass pin of the model: its rollouts pause (gateways ignore the weights)
 
 
 # --- actions: idempotent, applied by the reconciler in order ---
