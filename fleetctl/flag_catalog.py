@@ -140,6 +140,12 @@ def value_of(overrides: Mapping[str, Any], name: str, model: str | None = None) 
         return spec.default
 
 
+def pins_of(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """model -> the class revision its break-glass pin (`pin:MODEL`) names, for every pin in `overrides`."""
+    return {key.partition(":")[2]: value for key, value in overrides.items()
+            if key.startswith("pin:") and isinstance(value, str)}
+
+
 def parse_ttl(text: str) -> float:
     """'30m', '2h', '90s', '1d' or plain seconds -> seconds; ValueError when it is none of those or not in
     (0, MAX_TTL_S]."""

@@ -12,9 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
-from fleetctl.cli.flag_cmd import SET_COLUMNS, ModelOption, TimeoutOption, WaitOption, applied, shown_value, ttl_seconds
+from fleetctl.cli.flag_cmd import (
+    SET_COLUMNS, ModelOption, TimeoutOption, WaitOption, applied, require_reason, shown_value, ttl_seconds,
+)
 from fleetctl.cli.output import Column, Format, OutputOption, emit, status, to_plain
-from fleetctl.errors import ValidationFailed
 from fleetctl.flag_catalog import KILL_SWITCHES
 
 NAME = "breakglass"
@@ -30,12 +31,6 @@ STATUS_COLUMNS = [Column("HOLD", lambda r: r["hold"]), Column("VALUE", lambda r:
                   Column("REASON", lambda r: r.get("reason") or "-")]
 
 
-def _reason(reason: str | None) -> str:
-    if not reason:
-        raise ValidationFailed("--reason is required: say why (it goes into the audit log)", field="reason")
-    return reason
-
-
 def _done(api: Any, result: Any, key: str, line: str, wait: bool, timeout: float, output: Format) -> None:
     status(line)
     emit(applied(api, to_plain(result), key, wait, timeout), output, SET_COLUMNS)
@@ -47,7 +42,7 @@ def freeze(ctx: typer.Context, reason: ReasonOption = None, ttl: TtlOption = Non
     """Stop the reconciler and every rollout from changing the fleet (rollouts show paused_by: freeze);
     serving goes on. `unfreeze` lifts it."""
     api = client(ctx)
-    result = api.freeze(reason=_reason(reason), ttl_s=ttl_seconds(ttl))
+    result = api.freeze(reason=require_reason(reason), ttl_s=ttl_seconds(ttl))
     _done(api, result, "freeze", f"fleet frozen ({result.result}): the reconciler and rollouts change nothing"
           + (f" until {result.expires_at}" if result.expires_at else ""), False, 0, output)
 
@@ -56,7 +51,7 @@ def freeze(ctx: typer.Context, reason: ReasonOption = None, ttl: TtlOption = Non
 def unfreeze(ctx: typer.Context, reason: ReasonOption = None, output: OutputOption = Format.table) -> None:
     """Lift the freeze: the reconciler and the held rollouts go on from where they were."""
     api = client(ctx)
-    result = api.unfreeze(reason=_reason(reason))
+    result = api.unfreeze(reason=require_reason(reason))
     _done(api, result, "freeze", "fleet unfrozen" if result.result == "changed" else "the fleet was not frozen",
           False, 0, output)
 
@@ -68,7 +63,7 @@ def pin(ctx: typer.Context, model: ModelArg,
         timeout: TimeoutOption = 30.0, output: OutputOption = Format.table) -> None:
     """Send all of MODEL's traffic to CLASS_REF, over its weights, drills and rollouts (which hold), until
     `unpin`. Refused unless CLASS_REF is deployed for MODEL with a ready engine."""
-    why = _reason(reason)
+    why = require_reason(reason)
     confirm(f"Send all of {model}'s traffic to {class_ref}?", yes)
     api = client(ctx)
     result = api.pin_model(model, class_ref, reason=why, ttl_s=ttl_seconds(ttl))
@@ -80,7 +75,7 @@ def unpin(ctx: typer.Context, model: ModelArg, reason: ReasonOption = None, wait
           timeout: TimeoutOption = 30.0, output: OutputOption = Format.table) -> None:
     """Lift MODEL's pin: its weights decide again and its rollouts go on."""
     api = client(ctx)
-    result = api.unpin_model(model, reason=_reason(reason))
+    result = api.unpin_model(model, reason=require_reason(reason))
     _done(api, result, f"pin:{model}", f"{model} unpinned" if result.result == "changed" else f"{model} was not pinned",
           wait, timeout, output)
 
@@ -92,7 +87,7 @@ def shed(ctx: typer.Context, model: ModelArg,
          reason: ReasonOption = None, ttl: TtlOption = None, yes: YesOption = False, wait: WaitOption = True,
          timeout: TimeoutOption = 30.0, output: OutputOption = Format.table) -> None:
     """Reject FRACTION of MODEL's requests at the gateways with 429 and Retry-After, before any engine work."""
-    why = _reason(reason)
+    why = require_reason(reason)
     if fraction > 0:
         confirm(f"Reject {fraction:.0%} of {model}'s requests with 429?", yes)
     api = client(ctx)
@@ -108,7 +103,7 @@ def kill_switch(ctx: typer.Context,
                 yes: YesOption = False, wait: WaitOption = True, timeout: TimeoutOption = 30.0,
                 output: OutputOption = Format.table) -> None:
     """Turn a default-on flag off now (`fleetctl flag unset FLAG` turns it back on)."""
-    why = _reason(reason)
+    why = require_reason(reason)
     confirm(f"Turn {flag}{' for ' + model if model else ''} off?", yes)
     api = client(ctx)
     result = api.kill_switch(flag, model=model, reason=why, ttl_s=ttl_seconds(ttl))

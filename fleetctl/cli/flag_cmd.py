@@ -96,8 +96,7 @@ def set_flag(
 ) -> None:
     """Override a flag, e.g. `fleetctl flag set shed_fraction 0.2 --model chat --ttl 30m --reason overload`."""
     key = flag_key(name, model)
-    if not reason:
-        raise ValidationFailed("--reason is required: say why (it goes into the audit log)", field="reason")
+    require_reason(reason)
     ttl_s = ttl_seconds(ttl)
     api = client(ctx)
     result = api.set_flag(key, value, reason=reason, ttl_s=ttl_s)
@@ -124,6 +123,12 @@ def unset_flag(
     status(f"flag {key}: {'back to its default' if result.result == 'changed' else 'had no override'} "
            f"({shown_value(result.value)})")
     emit(applied(api, to_plain(result), key, wait, timeout), output, SET_COLUMNS)
+
+
+def require_reason(reason: str | None) -> str:
+    if not reason:
+        raise ValidationFailed("--reason is required: say why (it goes into the audit log)", field="reason")
+    return reason
 
 
 def ttl_seconds(text: str | None) -> float | None:

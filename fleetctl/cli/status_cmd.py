@@ -93,14 +93,17 @@ def break_glass_lines(holds: dict[str, Any] | None) -> str:
     """A line for a freeze and one per pinned model: who, why, until when, and how to lift it."""
     if not holds:
         return ""
-    lines = []
-    if holds.get("frozen"):
-        lines.append("FROZEN: the reconciler and rollouts change nothing" + _held_by(holds.get("freeze"))
-                     + " (fleetctl breakglass unfreeze)")
-    for model, pin in sorted((holds.get("pins") or {}).items()):
-        lines.append(f"PINNED: all of {model}'s traffic goes to {pin['value']}" + _held_by(pin)
-                     + f" (fleetctl breakglass unpin {model})")
+    lines = [freeze_line(holds.get("freeze"))] if holds.get("frozen") else []
+    lines += [pin_line(model, pin["value"], pin) for model, pin in sorted((holds.get("pins") or {}).items())]
     return "".join(f"\n{line}" for line in lines)
+
+
+def freeze_line(view: dict[str, Any] | None = None) -> str:
+    return f"FROZEN: the reconciler and rollouts change nothing{_held_by(view)} (fleetctl breakglass unfreeze)"
+
+
+def pin_line(model: str, ref: str, view: dict[str, Any] | None = None) -> str:
+    return f"PINNED: all of {model}'s traffic goes to {ref}{_held_by(view)} (fleetctl breakglass unpin {model})"
 
 
 def _held_by(view: dict[str, Any] | None) -> str:

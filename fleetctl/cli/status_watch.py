@@ -28,7 +28,9 @@ import yaml
 
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.output import Format, status
-from fleetctl.cli.status_cmd import ENGINE_COLUMNS, GATEWAY_COLUMNS, NODE_COLUMNS, drift_line, render
+from fleetctl.cli.status_cmd import (
+    ENGINE_COLUMNS, GATEWAY_COLUMNS, NODE_COLUMNS, drift_line, freeze_line, pin_line, render,
+)
 from fleetctl.client import ControllerClient
 from fleetctl.controller.watch_contract import CONTROLLER_KEY, WatchMessage
 from fleetctl.watch_client import Disconnected, follow_sync
@@ -112,9 +114,8 @@ def heading(view: dict[str, Any]) -> str:
     if pulse:
         lines.append("pulse: " + pulse_line(pulse))
     if pulse.get("frozen"):
-        lines.append("FROZEN: the reconciler and rollouts change nothing (fleetctl breakglass unfreeze)")
-    lines += [f"PINNED: all of {model}'s traffic goes to {ref} (fleetctl breakglass unpin {model})"
-              for model, ref in sorted((pulse.get("pins") or {}).items())]
+        lines.append(freeze_line())
+    lines += [pin_line(model, ref) for model, ref in sorted((pulse.get("pins") or {}).items())]
     return "\n".join(lines) + drift_line(int(pulse.get("drifted") or 0))
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from fleetctl.controller.models import Deployment, TrafficPolicy
 from fleetctl.controller.traffic import ready_engines
 from fleetctl.errors import Conflict, ValidationFailed
-from fleetctl.flag_catalog import CATALOG, KILL_SWITCHES, FlagError, key_of, parse_key
+from fleetctl.flag_catalog import KILL_SWITCHES, FlagError, key_of, parse_key
 
 
 def known_model(session: Session, model: str) -> None:
@@ -49,10 +49,8 @@ def kill_switch_key(flag: str, model: str | None) -> str:
     if flag not in KILL_SWITCHES:
         raise ValidationFailed(f"flag: {flag!r} is not a kill switch; these are: {', '.join(KILL_SWITCHES)}",
                                field="flag")
-    key = key_of(flag, model) if CATALOG[flag].scope == "model" else flag
-    if CATALOG[flag].scope == "fleet" and model:
-        raise ValidationFailed(f"model: {flag} is fleet-wide; it takes no model", field="model")
-    try:
+    key = key_of(flag, model)
+    try:  # a per-model flag without a model, or a fleet-wide one with one
         parse_key(key)
     except FlagError as exc:
         raise ValidationFailed(str(exc).replace("name:", "model:", 1), field="model") from None

@@ -89,12 +89,6 @@ def reconciler_paused(session: Session, now: datetime) -> bool:
     return bool(flag_value(session, "freeze", now)) or not flag_value(session, "reconciler", now)
 
 
-def pins(session: Session, now: datetime) -> dict[str, str]:
-    """model -> the class revision a break-glass pin sends all its traffic to, for every pin in force."""
-    return {key.partition(":")[2]: value for key, value in overrides(session, now).items()
-            if key.startswith("pin:") and isinstance(value, str)}
-
-
 def break_glass(session: Session, now: datetime) -> dict[str, Any]:
     """The break-glass holds in force, for `fleetctl status`: the freeze (its flag view, or None) and each
     pinned model's pin (its flag view, by model)."""

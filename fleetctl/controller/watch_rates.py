@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 from fleetctl.controller.rollout.state import Histogram, ServedCounters
 from fleetctl.controller.rollout.window import add_counters, add_histograms, counters_delta, quantile
 from fleetctl.controller.watch_contract import EngineRates, PulseView
+from fleetctl.flag_catalog import pins_of
 
 MIN_WINDOW_S = 10.0
 FAILED, READY, UP = "failed", "ready", "up"
@@ -176,7 +177,7 @@ def pulse(now: datetime, nodes: Sequence[Mapping[str, Any]], engines: Sequence[M
         engines_unhealthy=sum(e["state"] == FAILED or e["node"] in down for e in engines),
         drifted=sum(bool(e.get("drift")) for e in engines),
         frozen=flags.get("freeze") is True,
-        pins={key.partition(":")[2]: value for key, value in flags.items() if key.startswith("pin:")},
+        pins=pins_of(flags),
         flags=dict(flags),
     )
 

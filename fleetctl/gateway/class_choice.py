@@ -12,7 +12,6 @@ from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from fleetctl.flag_catalog import value_of
-
 from fleetctl.gateway.errors import InvalidRoute, NoRoute
 
 PIN_HEADER = "x-fleet-pin-class"

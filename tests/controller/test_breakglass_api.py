@@ -64,7 +64,7 @@ def test_freeze_stops_placement_and_holds_rollouts_and_unfreeze_resumes_both(api
     deploy(api, "extra", R1, 1)
     api.reconcile()
     assert beat(api, "n2")["assignment"] == []  # the frozen reconciler placed nothing
-    resumed = api.call("POST", f"/api/v1/rollouts/1/resume", role="operator", json=WHY)
+    resumed = api.call("POST", "/api/v1/rollouts/1/resume", role="operator", json=WHY)
     assert resumed.status_code == 409 and resumed.json()["error"]["code"] == "frozen"
     assert lever(api, "unfreeze").json()["result"] == "changed"
     moved = [tick(api, agent, gateway) for _ in range(5)][-1]

@@ -20,8 +20,8 @@ from datetime import datetime
 
 from fleetctl.controller.rollout.analysis import stop
 from fleetctl.controller.rollout.state import (
-    ABORTED, ABORTING, BREAK_GLASS, BY_OPERATOR, COMPLETED, DRIFT, HOLD_REASONS, INCONCLUSIVE, INCONCLUSIVE_PHASE, PAUSE_STEP,
-    PAUSED, PENDING, PROGRESSING, RUNNING, RolloutState,
+    ABORTED, ABORTING, BREAK_GLASS, BY_OPERATOR, COMPLETED, DRIFT, FREEZE, HOLD_REASONS, INCONCLUSIVE,
+    INCONCLUSIVE_PHASE, PAUSE_STEP, PAUSED, PENDING, PIN, PROGRESSING, RUNNING, RolloutState,
 )
 from fleetctl.errors import Conflict
 
@@ -105,8 +105,8 @@ def aborting(state: RolloutState, reason: str, now: datetime) -> RolloutState:
 
 # --- helpers ---
 
-_HELD = {"freeze": "the fleet is frozen (break-glass)", "pin": "the model is pinned (break-glass)"}
-_HELD_CODES = {"freeze": "frozen", "pin": "pinned"}
+_HELD = {FREEZE: "the fleet is frozen (break-glass)", PIN: "the model is pinned (break-glass)"}
+_HELD_CODES = {FREEZE: "frozen", PIN: "pinned"}
 
 
 def _refuse_finished(state: RolloutState, verb: str) -> None:

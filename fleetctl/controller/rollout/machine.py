@@ -50,8 +50,8 @@ from fleetctl.controller.rollout.spec import (
 )
 from fleetctl.controller.rollout.state import (
     ABORTED, ABORTING, BREAK_GLASS, COMPLETED, DRIFT, ERROR, FAILED, FREEZE, HOLD_REASONS, INCONCLUSIVE,
-    INCONCLUSIVE_PHASE, PIN, PAUSE_STEP, PAUSED, PROGRESSING, SUCCESSFUL, TERMINAL, Action, AnalysisRun, Drain, Observations, PauseReason,
-    Record, RolloutState, ScaleUp, SetWeights, Transition,
+    INCONCLUSIVE_PHASE, PAUSE_STEP, PAUSED, PIN, PROGRESSING, SUCCESSFUL, TERMINAL, Action, AnalysisRun, Drain,
+    Observations, PauseReason, Record, RolloutState, ScaleUp, SetWeights, Transition,
 )
 
 __all__ = ["CommandRefused", "abort", "describe_step", "pause", "promote", "resume", "retry", "step",
