@@ -68,7 +68,7 @@ def test_status_and_engines(fleet: Fleet, tmp_path: Path) -> None:
     ok(fleet.run("deploy", "set", "chat", "--class", "chat@r1", "--replicas", "1"))
     fleet.server.runtime.step()
     status = json.loads(ok(fleet.run("status", "-o", "json", role="viewer")).stdout)
-    assert set(status) == {"controller", "nodes", "engines", "deployments", "drifted", "gateways"}
+    assert set(status) == {"controller", "nodes", "engines", "deployments", "drifted", "gateways", "break_glass"}
     assert [e["name"] for e in status["engines"]] == ["chat-0"]
     table = ok(fleet.run("status", role="viewer")).stdout
     assert "NODE" in table and "chat-0" in table and "DEPLOYMENT" in table

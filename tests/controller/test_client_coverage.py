@@ -40,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
-FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy"},
+FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy", "break-glass"},
             "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"},
             "canary_refs": {"canary-refs"}, "watch": {"watch"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
@@ -254,6 +254,12 @@ def test_traffic_and_flags_round_trip(checked: Checked) -> None:
     assert flags["pd_push"].value is False and flags["shed_fraction:smollm2-135m"].expires_at is not None
     assert checked("viewer", "get_flag", "prefix_routing").value is True  # its default: never set
     assert checked("operator", "unset_flag", "pd_push", reason="test").result == "changed"
+    assert checked("admin", "freeze", reason="test", ttl_s=60).value is True
+    assert checked("admin", "unfreeze", reason="test").result == "changed"
+    assert checked("admin", "pin_model", "smollm2-135m", "chat@r1", reason="test").value == "chat@r1"
+    assert checked("admin", "unpin_model", "smollm2-135m", reason="test").result == "changed"
+    assert checked("admin", "shed_model", "smollm2-135m", 0.25, reason="test").value == 0.25
+    assert checked("admin", "kill_switch", "prefix_routing", reason="test").value is False
     checked.assert_covered("policy")
 
 

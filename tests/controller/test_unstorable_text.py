@@ -46,6 +46,12 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
                                                            "prompts": [{"id": "p", "prompt": "{bad}"}]}},
      "operator", "golden_set.prompts.0.prompt"),
     ("POST", "/api/v1/canary/references", {"reference": {"golden_set": "{bad}"}}, "operator", "reference.golden_set"),
+    ("POST", "/api/v1/breakglass/freeze", {"reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/breakglass/unfreeze", {"reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/breakglass/pin/smollm2-135m", {"class_ref": "chat@r1", "reason": "{bad}"}, "admin", "reason"),
+    ("DELETE", "/api/v1/breakglass/pin/smollm2-135m", {"reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/breakglass/shed/smollm2-135m", {"fraction": 0.5, "reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/breakglass/kill-switch/prefix_routing", {"reason": "{bad}"}, "admin", "reason"),
 ]
 
 
@@ -67,7 +73,10 @@ def _template(path: str) -> str:
              "/api/v1/flags/prefix_routing": "/api/v1/flags/{key}", "/api/v1/tokens/ci": "/api/v1/tokens/{name}",
              "/api/v1/engines/chat-0/drain": "/api/v1/engines/{name}/drain",
              "/api/v1/rollouts/1/abort": "/api/v1/rollouts/{rollout_id}/{command}",
-             "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop"}
+             "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop",
+             "/api/v1/breakglass/pin/smollm2-135m": "/api/v1/breakglass/pin/{model}",
+             "/api/v1/breakglass/shed/smollm2-135m": "/api/v1/breakglass/shed/{model}",
+             "/api/v1/breakglass/kill-switch/prefix_routing": "/api/v1/breakglass/kill-switch/{flag}"}
     if path in parts:
         return parts[path]
     return path.replace("/nodes/n1/", "/nodes/{name}/").replace("/engines/chat-0/", "/engines/{name}/")
