@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +54,8 @@ class ControllerLink(Protocol):
 
     async def heartbeat(self, payload: dict[str, Any]) -> HeartbeatReply: ...
 
+    async def upload_direct_actions(self, payload: dict[str, Any]) -> Any: ...
+
 
 @dataclass
 class LinkStatus:
@@ -92,6 +94,7 @@ class HeartbeatLoop:
         backoff: Backoff,
         uniform: Uniform = random.uniform,
         clock: Callable[[], float] = time.monotonic,
+        after_exchange: Callable[[], Awaitable[None]] | None = None,
     ):
         self.link = link
         self.registration = registration
@@ -100,6 +103,7 @@ class HeartbeatLoop:
         self.backoff = backoff
         self.uniform = uniform
         self.clock = clock
+        self.after_exchange = after_exchange  # e.g. the direct-action upload; its failure is its own
         self.status = LinkStatus()
 
     @property
@@ -134,6 +138,8 @@ class HeartbeatLoop:
         generation = beat.generation
         self.on_assignment(generation, list(beat.assignment))
         status.generation = generation
+        if self.after_exchange is not None:
+            await self.after_exchange()
 
     def _payload(self, cut_off_s: float | None) -> dict[str, Any]:
         return {

@@ -19,10 +19,12 @@ from typing import Any
 import uvicorn
 
 from agent.api import make_api
+from agent.direct_sync import DirectSync
 from agent.heartbeat import ControllerLink, HeartbeatLoop
 from agent.settings import AgentSettings
 from agent.supervisor import BreakGlass, Supervisor
 from engine.contract import EngineAssignment
+from engine.contract.direct import DirectAction, DirectJournal
 
 log = logging.getLogger("fleetctl.agent")
 
@@ -37,9 +39,12 @@ class Agent:
     def __init__(self, settings: AgentSettings, link: ControllerLink):
         self.settings = settings
         self.supervisor = Supervisor(settings)
+        self.credential = settings.admin_token  # the break-glass credential; POST /direct/rotate replaces it
+        self.journal = DirectJournal(settings.direct_dir)
+        self.direct = DirectSync(link, settings.node, self.journal, self.supervisor)
         self.heartbeat = HeartbeatLoop(
             link, registration=registration(settings), observe=self.supervisor.observed,
-            on_assignment=self._on_assignment, backoff=settings.controller_backoff,
+            on_assignment=self._on_assignment, backoff=settings.controller_backoff, after_exchange=self.direct.sync,
         )
         self.stop = asyncio.Event()
         self.wake = asyncio.Event()
@@ -47,13 +52,19 @@ class Agent:
     def link_status(self) -> dict[str, Any]:
         return self.heartbeat.status.as_dict(self.heartbeat.clock())
 
-    def break_glass(self, name: str, action: BreakGlass) -> None:
-        self.supervisor.break_glass(name, action)
+    def break_glass(self, name: str, action: BreakGlass, reason: str | None = None,
+                    client: str | None = None) -> DirectAction:
+        """A direct action: journalled (fsynced) first, then done. Raises KeyError for an unknown engine."""
+        if name not in self.supervisor.slots:
+            raise KeyError(name)
+        entry = self.journal.append(action, name, reason=reason, client=client)
+        self.supervisor.break_glass(name, action, entry.seq)
         self.wake.set()
+        return entry
 
     def _on_assignment(self, generation: int, assignment: list[EngineAssignment]) -> None:
         new_generation = generation != self.heartbeat.status.generation
-        self.supervisor.set_desired(assignment, new_generation=new_generation)
+        self.supervisor.set_desired(assignment)
         if new_generation:
             log.info("assignment generation %d: %s", generation, ", ".join(a.name for a in assignment) or "none")
             self.wake.set()

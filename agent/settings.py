@@ -34,6 +34,8 @@ class AgentSettings(ProcessSettings):
     admin_token: str = Field(
         default_factory=lambda: secrets.token_urlsafe(24), repr=False,
         description="bearer token of the break-glass API (built without one: a random token)")
+    admin_token_file: Path | None = Field(
+        default=None, description="the file `admin_token` came from; a rotation writes the new one there")
     hash_seed: str = Field(
         default_factory=default_seed,
         description="prefix-hash (NONE_HASH) seed given to engines; default env FLEET_HASH_SEED or 0")
@@ -61,6 +63,11 @@ class AgentSettings(ProcessSettings):
     @property
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
+
+    @property
+    def direct_dir(self) -> Path:
+        """the direct-action journal (engine.contract.direct)"""
+        return self.state_dir / "direct"
 
     @property
     def records_dir(self) -> Path:

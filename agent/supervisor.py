@@ -88,15 +88,15 @@ class Supervisor:
         self.policy = slot_policy(settings)
         self.slots: dict[str, EngineSlot] = {}
         self.desired: list[EngineAssignment] | None = None  # None: no assignment received yet
-        self.held: set[str] = set()  # break-glass drain/stop: kept stopped until a new generation
+        # break-glass drain/stop -> the direct-action journal's seq: kept stopped, whatever the controller
+        # sends, until the operator resolves it (adopt or revert, `fleetctl breakglass reconcile`) or restarts it
+        self.held: dict[str, int] = {}
         self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     # --- desired and observed state ---
 
-    def set_desired(self, assignment: list[EngineAssignment], *, new_generation: bool) -> None:
+    def set_desired(self, assignment: list[EngineAssignment]) -> None:
         self.desired = list(assignment)
-        if new_generation:
-            self.held.clear()  # the controller has spoken since the operator acted
 
     def effective_desired(self) -> list[EngineAssignment]:
         if self.desired is None:
@@ -302,19 +302,31 @@ class Supervisor:
 
     # --- break-glass: the operator acts without the controller ---
 
-    def break_glass(self, name: str, action: BreakGlass) -> None:
-        """drain / stop hold the engine stopped until the controller sends a new generation; restart starts
-        it again (and lifts a hold). Raises KeyError for an engine this agent does not run."""
+    def break_glass(self, name: str, action: BreakGlass, seq: int = 0) -> None:
+        """drain / stop hold the engine stopped (the hold is journal entry `seq`) until released; restart
+        starts it again (and lifts a hold). Raises KeyError for an engine this agent does not run."""
         slot = self.slots[name]
         log.warning("break-glass %s of engine %s", action, name)
         if action == "restart":
-            self.held.discard(name)
+            self.held.pop(name, None)
             self._apply_local(slot, es.OperatorRestart(), self.clock())
             return
-        self.held.add(name)
+        self.held[name] = seq
         if action == "stop":
             self._apply_local(slot, es.StopNow(), self.clock())
         # drain: the next pass drains it, as for a controller-sent drain
+
+    def release_hold(self, seq: int, *, restart: bool) -> str | None:
+        """Lift the hold that journal entry `seq` put on (restarting the engine when `restart`: the operator
+        reverted the direct action). The engine's name, or None when no hold has that seq."""
+        name = next((n for n, s in self.held.items() if s == seq), None)
+        if name is None:
+            return None
+        del self.held[name]
+        slot = self.slots.get(name)
+        if restart and slot is not None:
+            self._apply_local(slot, es.OperatorRestart(), self.clock())
+        return name
 
     # --- start-up and shut-down ---
 

@@ -1,7 +1,8 @@
 """`make demo` (`python -m fleetctl.demo`): a local fleet serving SmolLM2, a few chat requests, the fleet's
 status, two rollouts under live requests (one completes; one to engines made slow is aborted by its
 latency gate: fleetctl/demo_rollout.py), the quality canary catching a 15% misroute drill to a long-context
-build (fleetctl/demo_canary.py), then `fleetctl down` (unless --keep).
+build (fleetctl/demo_canary.py), break-glass with the controller stopped (fleetctl/demo_breakglass.py), then
+`fleetctl down` (unless --keep).
 
 The demo's fleet lives in its own state dir (`demo_state_dir()`), started afresh on every run: a fleet kept
 by an earlier `--keep` is stopped with `fleetctl down` first and its state removed, so the rollouts always
@@ -30,6 +31,7 @@ from agent.ports import port_is_free
 from engine.contract import REFERENCE_MODELS
 from fleetctl.client import DEFAULT_CONTROLLER
 from fleetctl.controller.paths import default_state_dir
+from fleetctl.demo_breakglass import run_breakglass
 from fleetctl.demo_canary import PROBE_ENV, run_canary
 from fleetctl.demo_rollout import run_rollouts
 from fleetctl.localfleet.fleet import FLEET_FILE
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             ok = run_rollouts(fleet, env, Path(fleet["state_dir"]) / "files")
         if args.canary:
             ok = run_canary(fleet, env, Path(fleet["state_dir"]) / "files") and ok
+        if args.breakglass:
+            ok = run_breakglass(fleet, lambda command: _run(command, env),
+                                lambda question: _answer(fleet, question, args.max_tokens)) and ok
     finally:
         if args.keep:
             print(f"\nthe fleet keeps running; watch it live with: {_tui_command(fleet)}"
@@ -86,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
     parser.add_argument("--no-rollouts", dest="rollouts", action="store_false", help="skip the two rollouts")
     parser.add_argument("--no-canary", dest="canary", action="store_false", help="skip the quality canary and its drill")
+    parser.add_argument("--no-breakglass", dest="breakglass", action="store_false",
+                        help="skip direct mode with the controller stopped")
     return parser
 
 
@@ -119,6 +126,11 @@ def _ask(fleet: dict[str, Any], max_tokens: int) -> None:
         started = time.monotonic()
         answer, served_by = _chat(gateway, fleet["served_model"], question, max_tokens)
         print(f"Q: {question}\nA: {answer.strip()}\n   (served by {served_by}, {time.monotonic() - started:.1f}s)\n")
+
+
+def _answer(fleet: dict[str, Any], question: str, max_tokens: int) -> str:
+    answer, served_by = _chat(fleet["gateway_url"], fleet["served_model"], question, max_tokens)
+    return f"{answer.strip()!r} (served by {served_by})"
 
 
 def _chat(url: str, model: str, question: str, max_tokens: int) -> tuple[str, str]:

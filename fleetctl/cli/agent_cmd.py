@@ -30,11 +30,12 @@ from fleetctl.cli.context import YesOption, cli, local_token
 from fleetctl.cli.output import Format, JsonOutputOption, col, emit, status
 from fleetctl.cli.settings_options import OptionMap, build_settings, given, setting_option
 from fleetctl.errors import Conflict, Unavailable, ValidationFailed, error_from_body
+from fleetctl.inventory import AGENT_CREDENTIAL_FILE
 
 NAME = "agent"
 app = typer.Typer(no_args_is_help=True, help="Run a node agent, or act on one directly (break-glass).")
 
-ADMIN_TOKEN_FILE = "admin-token"
+ADMIN_TOKEN_FILE = AGENT_CREDENTIAL_FILE
 QUIET_LOGGERS = ("httpx", "httpcore", "uvicorn.access")
 
 AgentOption = Annotated[str, typer.Option("--agent", envvar="FLEET_AGENT_URL", help="the agent's URL, e.g. http://127.0.0.1:8090")]
@@ -55,6 +56,7 @@ SERVE_OPTIONS = OptionMap(
     not_options={
         "controller_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
         "restart_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
+        "admin_token_file": "set from --admin-token-file, the option `admin_token` is read from",
     },
 )
 
@@ -110,6 +112,7 @@ def serve(
         "token": _read_secret(token_file) if token_file else root.token or local_token(),
         "state_dir": state, "labels": _labels(label or []),
         "admin_token": ensure_secret(admin_token_file or state / ADMIN_TOKEN_FILE),
+        "admin_token_file": admin_token_file or state / ADMIN_TOKEN_FILE,
         **given(host=host, advertise_host=advertise_host,
                 port=free_port(host or plain_default(AgentSettings, "host")) if port == 0 else port,
                 port_range=engine_ports, max_engines=max_engines, kv_mib=kv_mib, hash_seed=hash_seed, python=python,

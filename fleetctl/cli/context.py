@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
+import click
 import typer
 
 from fleetctl.client import DEFAULT_CONTROLLER, DEFAULT_TIMEOUT_S, ControllerClient
 from fleetctl.controller.paths import bootstrap_token_path, default_state_dir
+
+if TYPE_CHECKING:
+    from fleetctl.cli.direct_mode import DirectFleet
 
 ReasonOption = Annotated[str | None, typer.Option("--reason", help="why (recorded in the audit log)")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
@@ -21,9 +25,24 @@ class CliContext:
     controller: str = DEFAULT_CONTROLLER
     token: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    direct: str | None = None  # --direct TARGETS: talk to agents and gateways, not the controller
+    inventory: Path | None = None
     _client: ControllerClient | None = field(default=None, repr=False)
 
+    def direct_fleet(self) -> "DirectFleet | None":
+        """The targets of --direct (None without it)."""
+        if self.direct is None:
+            return None
+        from fleetctl.cli.direct_mode import DirectFleet, default_inventory, resolve_targets
+
+        return DirectFleet(resolve_targets(self.direct, self.inventory or default_inventory()), self.timeout_s)
+
     def client(self) -> ControllerClient:
+        if self.direct is not None:
+            from fleetctl.cli.direct_mode import needs_controller
+
+            raise needs_controller(click.get_current_context().command_path.removeprefix("fleetctl ")
+                                   if click.get_current_context(silent=True) else "this command")
         if self._client is None:
             self._client = ControllerClient(self.controller, self.token or local_token(), self.timeout_s)
         return self._client
@@ -52,6 +71,11 @@ def cli(ctx: typer.Context) -> CliContext:
 
 def client(ctx: typer.Context) -> ControllerClient:
     return cli(ctx).client()
+
+
+def direct(ctx: typer.Context) -> "DirectFleet | None":
+    """The --direct targets, or None when the command goes through the controller."""
+    return cli(ctx).direct_fleet()
 
 
 def confirm(prompt: str, yes: bool) -> None:

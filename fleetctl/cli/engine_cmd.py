@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
+from fleetctl.cli import direct_cmds
+from fleetctl.cli.context import ReasonOption, YesOption, client, confirm, direct
 from fleetctl.cli.node_cmd import NoWaitOption, TimeoutOption
 from fleetctl.cli.output import DetailOutputOption, Format, OutputOption, emit, status, to_plain
 from fleetctl.cli.progress import wait_drained
@@ -19,10 +20,10 @@ from fleetctl.cli.status_cmd import ENGINE_COLUMNS
 from fleetctl.cli.traffic_cmd import wait_applied
 from fleetctl.client import ControllerClient
 from fleetctl.controller.responses import EngineChange, EngineView
-from fleetctl.errors import NotFound
+from fleetctl.errors import NotFound, ValidationFailed
 
 NAME = "engine"
-app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain, cordon, uncordon.")
+app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain, cordon, uncordon (direct mode: stop, restart).")
 GatewayTimeoutOption = Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for the gateways")]
 
 EngineArg = Annotated[str, typer.Argument(help="engine name (<deployment>-<index>)")]
@@ -31,7 +32,11 @@ EngineArg = Annotated[str, typer.Argument(help="engine name (<deployment>-<index
 @app.command("list")
 def list_engines(ctx: typer.Context, node: Annotated[str | None, typer.Option("--node", help="only this node")] = None,
                  output: OutputOption = Format.table) -> None:
-    """Assigned and reported engines."""
+    """Assigned and reported engines (with --direct: what each agent runs)."""
+    fleet = direct(ctx)
+    if fleet is not None:
+        direct_cmds.show_engines(fleet, output)
+        return
     emit(client(ctx).list_engines(node), output, ENGINE_COLUMNS)
 
 
@@ -45,13 +50,45 @@ def show(ctx: typer.Context, name: EngineArg, output: DetailOutputOption = Forma
 def drain(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes: YesOption = False,
           timeout: TimeoutOption = 300.0, no_wait: NoWaitOption = False) -> None:
     """Drain ENGINE: new requests get 503 + Retry-After, in-flight ones finish, then it stops.
-    Its deployment gets a replacement elsewhere. Waits until it stopped unless --no-wait."""
+    Its deployment gets a replacement elsewhere. Waits until it stopped unless --no-wait. With --direct the
+    agent drains it and holds it drained until the operator adopts or reverts that (`breakglass reconcile`)."""
     confirm(f"Drain engine {name}?", yes)
+    fleet = direct(ctx)
+    if fleet is not None:
+        direct_cmds.engine_action(fleet, name, "drain", reason, Format.table)
+        return
     api = client(ctx)
     api.drain_engine(name, reason)
     status(f"engine {name}: draining")
     if not no_wait:
         wait_drained(f"engine {name}", lambda: _still_there(api, name), timeout)
+
+
+@app.command()
+def stop(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes: YesOption = False,
+         output: OutputOption = Format.table) -> None:
+    """Direct mode only (`fleetctl --direct ...`): the agent stops ENGINE now (SIGTERM; it finishes within
+    its grace) and keeps it stopped until the operator adopts or reverts that."""
+    fleet = _direct_only(ctx, "engine stop")
+    confirm(f"Stop engine {name} now?", yes)
+    direct_cmds.engine_action(fleet, name, "stop", reason, output)
+
+
+@app.command()
+def restart(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes: YesOption = False,
+            output: OutputOption = Format.table) -> None:
+    """Direct mode only: the agent restarts ENGINE's process (and lifts a direct drain or stop)."""
+    fleet = _direct_only(ctx, "engine restart")
+    confirm(f"Restart engine {name}?", yes)
+    direct_cmds.engine_action(fleet, name, "restart", reason, output)
+
+
+def _direct_only(ctx: typer.Context, command: str) -> direct_cmds.DirectFleet:
+    fleet = direct(ctx)
+    if fleet is None:
+        raise ValidationFailed(f"`fleetctl {command}` is a direct-mode action (fleetctl --direct NODE {command} ...); "
+                               "through the controller use `engine drain`", field="direct")
+    return fleet
 
 
 @app.command()

@@ -13,7 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetctl.cli.context import ReasonOption, client
+from fleetctl.cli import direct_cmds
+from fleetctl.cli.context import ReasonOption, client, direct
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status, to_plain
 from fleetctl.cli.traffic_cmd import wait_applied
 from fleetctl.errors import ValidationFailed
@@ -94,9 +95,16 @@ def set_flag(
     timeout: TimeoutOption = 30.0,
     output: OutputOption = Format.table,
 ) -> None:
-    """Override a flag, e.g. `fleetctl flag set shed_fraction 0.2 --model chat --ttl 30m --reason overload`."""
+    """Override a flag, e.g. `fleetctl flag set shed_fraction 0.2 --model chat --ttl 30m --reason overload`.
+    With --direct: a local override on each targeted gateway (no --ttl), until adopted or reverted."""
     key = flag_key(name, model)
     require_reason(reason)
+    fleet = direct(ctx)
+    if fleet is not None:
+        if ttl is not None:
+            raise ValidationFailed("--ttl: a direct override holds until adopted or reverted", field="ttl")
+        direct_cmds.set_flag(fleet, key, value, reason, output, f"flag {key}={value}")
+        return
     ttl_s = ttl_seconds(ttl)
     api = client(ctx)
     result = api.set_flag(key, value, reason=reason, ttl_s=ttl_s)
@@ -116,8 +124,13 @@ def unset_flag(
     timeout: TimeoutOption = 30.0,
     output: OutputOption = Format.table,
 ) -> None:
-    """Remove a flag's override: it has its default again."""
+    """Remove a flag's override: it has its default again (with --direct: drop each targeted gateway's local
+    override: the controller's value again)."""
     key = flag_key(name, model)
+    fleet = direct(ctx)
+    if fleet is not None:
+        direct_cmds.unset_flag(fleet, key, reason, output, f"flag {key}: local override dropped")
+        return
     api = client(ctx)
     result = api.unset_flag(key, reason=reason)
     status(f"flag {key}: {'back to its default' if result.result == 'changed' else 'had no override'} "

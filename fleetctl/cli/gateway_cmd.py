@@ -65,7 +65,9 @@ SERVE_OPTIONS = OptionMap(
              "flag": "static_flags", "name": "gateway_name"},
     not_settings={"log_level": "how much the process logs, not how the gateway behaves"},
     not_options={"api_keys_env": f"client keys are secrets, read from env {API_KEYS_ENV} only (a flag would "
-                 "show them in the process list)"},
+                 "show them in the process list)",
+                 "breakglass_token": "a secret: read from --breakglass-token-file (a flag would show it in the "
+                 "process list)"},
 )
 
 
@@ -103,9 +105,12 @@ def serve(
     share_half_life_requests: Annotated[float | None, _opt("share_half_life_requests", "--share-half-life-requests")] = None,
     max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
     hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
+    state_dir: Annotated[Path | None, _opt("state_dir", "--state-dir")] = None,
+    breakglass_token_file: Annotated[Path | None, _opt("breakglass_token_file", "--breakglass-token-file")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
-    """Run the gateway: OpenAI-compatible /v1 API routed over the fleet's engines."""
+    """Run the gateway: OpenAI-compatible /v1 API routed over the fleet's engines. With --state-dir it
+    also takes direct (break-glass) flag overrides on its own credential, without the controller."""
     from fleetctl.gateway.server import serve as run
     from fleetctl.gateway.static_table import parse_static_engines
 
@@ -128,7 +133,8 @@ def serve(
                 request_timeout_s=request_timeout_s, keepalive_interval_s=keepalive_interval_s,
                 probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s, table_refresh_s=table_refresh_s,
                 locality_weight=locality_weight, hot_spot_factor=hot_spot_factor,
-                share_half_life_requests=share_half_life_requests, max_sessions=max_sessions, hash_seed=hash_seed),
+                share_half_life_requests=share_half_life_requests, max_sessions=max_sessions, hash_seed=hash_seed,
+                state_dir=state_dir, breakglass_token_file=breakglass_token_file),
     })
     if api_keys_file is not None and not api_keys_file.is_file():
         raise ValidationFailed(f"--api-keys-file {api_keys_file}: no such file", field="api_keys_file")

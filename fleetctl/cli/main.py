@@ -13,6 +13,7 @@ Errors from any command become an exit code and one line on stderr (failures.py;
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
@@ -32,6 +33,7 @@ from fleetctl.cli import (
     gateway_cmd,
     node_cmd,
     rollout_cmd,
+    runbook_cmd,
     status_cmd,
     token_cmd,
     traffic_cmd,
@@ -60,6 +62,7 @@ COMMAND_MODULES: list[ModuleType] = [
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
     drill_cmd,  # drill misroute|plant|stop|list
+    runbook_cmd,  # runbook list|show|validate|run
     tui_cmd,  # tui: the live fleet view (imports ui inside the command)
 ]
 
@@ -81,8 +84,17 @@ def root(
         help="API token [default: the local bootstrap token in $FLEET_STATE_DIR or ~/.local/state/fleetctl]",
     )] = None,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="seconds per API request")] = DEFAULT_TIMEOUT_S,
+    direct: Annotated[str | None, typer.Option(
+        "--direct", envvar="FLEET_DIRECT", metavar="all|NAME,...|URL,...", show_default=False,
+        help="break-glass: talk to these agents and gateways on their own credentials, without the controller "
+             "(status, engine list|drain|stop|restart, flag set|unset, breakglass pin|unpin|shed|kill-switch)",
+    )] = None,
+    inventory: Annotated[Path | None, typer.Option(
+        "--inventory", envvar="FLEET_INVENTORY", show_default=False,
+        help="the direct-mode inventory [default: inventory.yaml in $FLEET_STATE_DIR or ~/.local/state/fleetctl]",
+    )] = None,
 ) -> None:
-    ctx.obj = CliContext(controller, token, request_timeout)
+    ctx.obj = CliContext(controller, token, request_timeout, direct, inventory)
     ctx.call_on_close(ctx.obj.close)
 
 

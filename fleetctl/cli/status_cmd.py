@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetctl.cli.context import client
+from fleetctl.cli.context import client, direct
+from fleetctl.cli.direct_cmds import show_status as show_direct_status
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, table, to_plain
 from fleetctl.errors import ValidationFailed
 
@@ -59,7 +60,13 @@ def status(
                                                     help="with --watch: stop after this many redraws")] = None,
 ) -> None:
     """Nodes (state, heartbeat age, engines), engines (state, role, class, url, load), deployments (ready/desired),
-    gateways (routing-table generation and age, live or stale)."""
+    gateways (routing-table generation and age, live or stale). With --direct: each target's own account."""
+    fleet = direct(ctx)
+    if fleet is not None:
+        if watch:
+            raise ValidationFailed("--watch: the change stream is the controller's; not in direct mode", field="watch")
+        show_direct_status(fleet, output)
+        return
     if watch:
         from fleetctl.cli.status_watch import watch_status
 

@@ -1,9 +1,12 @@
-"""The call table: the audit log and API tokens."""
+"""The call table: the audit log (and its runbook records) and API tokens."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetctl.client.endpoint import Request, endpoint, params_of
 from fleetctl.controller.responses import AuditEventView, TokenCreated, TokenRevoked, TokenView
+from fleetctl.controller.runbook_events import RunbookEventRecorded
 
 
 class AdminCalls:
@@ -13,6 +16,11 @@ class AdminCalls:
     @endpoint("GET", "/api/v1/audit", list[AuditEventView])
     def list_audit(since: str | None = None, actor: str | None = None, limit: int | None = None) -> Request:
         return Request(params=params_of(since=since, actor=actor, limit=limit))
+
+    @endpoint("POST", "/api/v1/audit/runbook", RunbookEventRecorded)
+    def record_runbook(event: dict[str, Any], reason: str | None = None) -> Request:
+        """One event of a runbook run (the fields of fleetctl.controller.runbook_events.RunbookEvent)."""
+        return Request(json=event, reason=reason)
 
     @endpoint("POST", "/api/v1/tokens", TokenCreated)
     def create_token(name: str, role: str, reason: str | None = None) -> Request:

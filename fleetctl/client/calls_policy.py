@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fleetctl.client.endpoint import Request, endpoint, params_of
-from fleetctl.controller.responses import FlagSetResult, FlagView, TrafficPolicyView, TrafficSetResult, TrafficView
+from engine.contract.direct import DirectUploadReply
+from fleetctl.controller.responses import (
+    DirectDivergence, FlagSetResult, FlagView, ReconcileResult, TrafficPolicyView, TrafficSetResult, TrafficView,
+)
 from fleetctl.controller.rollout.view import RolloutEventView, RolloutView
 
 
@@ -83,6 +86,23 @@ class PolicyCalls:
                     ttl_s: float | None = None) -> Request:
         """Turn a default-on flag off (`flag unset` turns it back on)."""
         return Request(path={"flag": flag}, json=_ttl({"model": model} if model else {}, ttl_s), reason=reason)
+
+    # direct actions: uploaded by agents and gateways, reconciled by an admin
+    @endpoint("POST", "/api/v1/breakglass/direct-actions", DirectUploadReply)
+    def upload_direct_actions(payload: dict[str, Any]) -> Request:
+        """A node's new direct-action journal entries and its open holds (engine.contract.direct.DirectUpload)."""
+        return Request(json=payload)
+
+    @endpoint("GET", "/api/v1/breakglass/divergence", list[DirectDivergence])
+    def divergence(all: bool = False) -> Request:
+        """Open direct actions desired state does not agree with (`all`: every uploaded one)."""
+        return Request(params=params_of(all=all or None))
+
+    @endpoint("POST", "/api/v1/breakglass/reconcile", ReconcileResult)
+    def reconcile(adopt: list[int] | None = None, revert: list[int] | None = None,
+                  reason: str | None = None) -> Request:
+        """Adopt (desired state takes it over) or revert (the node undoes it) direct actions by id."""
+        return Request(json={"adopt": adopt or [], "revert": revert or []}, reason=reason)
 
     # rollouts
     @endpoint("POST", "/api/v1/rollouts", RolloutView)

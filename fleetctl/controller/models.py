@@ -6,7 +6,8 @@ assignments. Observed state: nodes (registration, heartbeat), engines (what agen
 (which routing table each applied, and what each served per class revision). Rollouts: rollouts (spec and
 the machine's persisted state) and rollout_events (append-only history). Bookkeeping: api_tokens,
 audit_events (append-only), routing_state (the routing table's generation counter). The quality canary:
-golden_sets, canary_references, canary_probes, canary_streams, canary_events and drills.
+golden_sets, canary_references, canary_probes, canary_streams, canary_events and drills. Break-glass:
+direct_actions (what agents and gateways did without the controller, uploaded when it is back).
 """
 
 from __future__ import annotations
@@ -371,3 +372,28 @@ class Drill(Base):
     stopped_at: Mapped[datetime | None]
     stopped_by: Mapped[str | None] = mapped_column(String(NAME + 2))
     created_by: Mapped[str] = mapped_column(String(NAME + 2))
+
+
+class DirectActionRow(Base):
+    """A direct (break-glass) action an agent or a gateway did without the controller, as the node uploaded
+    it (engine.contract.direct). `open`: the node still holds it in force (as of its last upload).
+    `state`: pending (diverges from desired state until the operator adopts or reverts it), adopted,
+    reverted, matches (desired state already agrees) or done (nothing left in force, e.g. a restart)."""
+
+    __tablename__ = "direct_actions"
+    __table_args__ = (UniqueConstraint("source_kind", "source", "seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    source_kind: Mapped[str] = mapped_column(String(16))  # agent | gateway
+    source: Mapped[str] = mapped_column(String(200))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime]  # when the node did it
+    received_at: Mapped[datetime]
+    action: Mapped[str] = mapped_column(String(200))
+    target: Mapped[str] = mapped_column(String(300))
+    value: Mapped[Any | None] = mapped_column(JSON)
+    reason: Mapped[str | None] = mapped_column(Text)
+    open: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16))
+    resolved_at: Mapped[datetime | None]
+    resolved_by: Mapped[str | None] = mapped_column(String(NAME + 2))

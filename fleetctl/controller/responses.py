@@ -319,6 +319,33 @@ class FlagSetResult(ResponseModel):
                                    "gateways at or past it apply it")
 
 
+class DirectDivergence(ResponseModel):
+    """A direct (break-glass) action an agent or gateway did without the controller (controller/direct_actions.py)."""
+    id: int = Field(description="what `breakglass reconcile --adopt/--revert` names")
+    kind: Literal["agent", "gateway"]
+    source: str = Field(description="the node or gateway that did it")
+    seq: int = Field(description="its line in the node's journal")
+    at: str = Field(description="when the node did it")
+    action: str = Field(description="drain, stop, restart (agent); flag.set, flag.unset (gateway)")
+    target: str = Field(description="the engine, or the flag key")
+    value: Any = Field(default=None, description="a flag's local value")
+    reason: str | None = None
+    desired: Any = Field(default=None, description="what desired state says: the flag's central value, or "
+                         "the engine's assignment (run, drain, unassigned)")
+    open: bool = Field(description="the node still holds it in force")
+    state: Literal["pending", "adopted", "reverted", "matches", "done"]
+    resolved_at: str | None = None
+    resolved_by: str | None = None
+    adopt: str = Field(description="what adopting it does")
+    revert: str = Field(description="what reverting it does")
+
+
+class ReconcileResult(ResponseModel):
+    adopted: list[int] = Field(default_factory=list)
+    reverted: list[int] = Field(default_factory=list)
+    generation: int | None = Field(default=None, description="the routing generation with an adopted flag")
+
+
 # --- tokens and audit ---
 
 class TokenView(ResponseModel):

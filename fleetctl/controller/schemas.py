@@ -100,6 +100,13 @@ class BreakGlassKill(BreakGlass):
     model: Name | None = Field(default=None, description="the model, for a per-model flag")
 
 
+class Reconcile(Body):
+    adopt: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=1000,
+                                                     description="direct actions desired state takes over")
+    revert: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, max_length=1000,
+                                                      description="direct actions the nodes undo")
+
+
 class TokenCreate(Body):
     name: Name
     role: TokenRole

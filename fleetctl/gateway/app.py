@@ -5,6 +5,8 @@
     POST /fleet/route/explain                    ranked candidates for a request, nothing sent
     GET  /health                                 200 once a routing table is in hand (its age in the body)
     GET  /metrics                                the gateway's Prometheus metrics (metrics.GatewayMetrics)
+    GET, PUT, DELETE /fleet/direct...            direct mode: local flag overrides on the gateway's
+                                                 break-glass credential, without the controller (direct.py)
 
 /v1/* and /fleet/* need a client API key when keys are configured (api_keys.KeyRing). Every response
 carries `x-request-id` (the client's, or a new one). Errors use OpenAI's shape
@@ -28,6 +30,7 @@ from engine.contract.faults import PROBE_HEADER
 from engine.protocol import ChatCompletionRequest, CompletionRequest
 from fleetctl.client import AsyncControllerClient
 from fleetctl.gateway import openapi
+from fleetctl.gateway.direct import DirectDisabled, LocalFlags, reason_and_value
 from fleetctl.gateway.api_keys import ClientKey, KeyRing, load_key_ring
 from fleetctl.gateway.dispatch import RequestContext
 from fleetctl.gateway.errors import Forbidden, GatewayError, TooManyRequests
@@ -220,6 +223,40 @@ def build_app(settings: GatewaySettings, source: RoutingSource | None = None, ke
             "engines": {n: {"healthy": e.healthy, "reason": e.down_reason} for n, e in sorted(service.engines.items())},
         }
         return JSONResponse(body, status_code=200 if table is not None else 503)
+
+    def direct_mode(request: Request) -> LocalFlags:
+        flags = door().service.direct
+        if flags is None:
+            raise DirectDisabled("direct mode is off on this gateway (start it with --state-dir)")
+        flags.authorize(request.headers.get("authorization"))
+        return flags
+
+    def client_of(request: Request) -> str | None:
+        return request.client.host if request.client else None
+
+    @app.get("/fleet/direct", responses=openapi.errors(401, 404))
+    async def direct_state(request: Request) -> dict[str, Any]:
+        return {"name": settings.name, **direct_mode(request).state(door().service.table)}
+
+    @app.put("/fleet/direct/flags/{key}", responses=openapi.errors(400, 401, 404))
+    async def direct_set(key: str, request: Request) -> dict[str, Any]:
+        flags = direct_mode(request)
+        value, reason = await reason_and_value(request, need_value=True)
+        entry = flags.set(key, value, door().service.cache.fetched, reason, client_of(request))
+        door().service.cache.reapply()
+        return {"name": settings.name, "key": key, "value": entry.value, "seq": entry.seq, "local": True}
+
+    @app.delete("/fleet/direct/flags/{key}", responses=openapi.errors(400, 401, 404))
+    async def direct_unset(key: str, request: Request) -> dict[str, Any]:
+        flags = direct_mode(request)
+        _value, reason = await reason_and_value(request, need_value=False)
+        entry = flags.unset(key, reason, client_of(request))
+        door().service.cache.reapply()
+        return {"name": settings.name, "key": key, "value": None, "seq": entry.seq, "local": False}
+
+    @app.post("/fleet/direct/rotate", responses=openapi.errors(401, 404))
+    async def direct_rotate(request: Request) -> dict[str, Any]:
+        return {"name": settings.name, "credential": direct_mode(request).rotate()}
 
     @app.get("/metrics", responses=openapi.errors())
     async def metrics_route() -> Response:

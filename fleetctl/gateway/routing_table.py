@@ -141,7 +141,10 @@ class RoutingTableCache:
     rng: Callable[[], float] = random.random
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     on_update: Callable[[RoutingTable], Awaitable[None]] | None = None  # e.g. KVSubscriberPool.sync
-    table: RoutingTable | None = None
+    # laid over each table fetched, e.g. direct mode's local flag overrides (gateway/direct.py)
+    overlay: Callable[[RoutingTable], RoutingTable] | None = None
+    table: RoutingTable | None = None  # what requests route on: the last table fetched, overlaid
+    fetched: RoutingTable | None = None  # the last table fetched, as the controller sent it
     fetched_at: float | None = None  # clock() when `table` was fetched
     failures: int = 0  # refreshes failed in a row
     last_error: str | None = None
@@ -161,10 +164,16 @@ class RoutingTableCache:
                         self.failures, _fmt_age(self.age_s()), self.last_error)
             return False
         changed = self.table is None or table.generation != self.table.generation
-        self.table, self.fetched_at, self.failures, self.last_error = table, self.clock(), 0, None
+        self.fetched, self.fetched_at, self.failures, self.last_error = table, self.clock(), 0, None
+        self.reapply()
         if changed and self.on_update is not None:
             await self.on_update(table)
         return True
+
+    def reapply(self) -> None:
+        """Lay the overlay over the last table fetched again (after the overlay changed)."""
+        if self.fetched is not None:
+            self.table = self.overlay(self.fetched) if self.overlay is not None else self.fetched
 
     async def run(self) -> None:
         while True:

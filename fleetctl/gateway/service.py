@@ -22,11 +22,14 @@ from typing import Any
 
 import httpx
 
+from engine.contract.direct import DirectUploadReply
 from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.client import AsyncControllerClient
+from fleetctl.errors import FleetError
 from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits, fleet_pin
+from fleetctl.gateway.direct import direct_flags
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
 from fleetctl.gateway.errors import BadRequest, InvalidRoute, ModelNotFound, NoRoute
@@ -90,7 +93,9 @@ class GatewayService:
         self.served = ServedRecorder(metrics)  # per-revision counters, reported to the controller
         self.rng = rng
         self.clock = clock
-        self.cache = RoutingTableCache(source, refresh_interval_s=settings.table_refresh_s, on_update=self._on_table)
+        self.direct = direct_flags(settings)  # None: direct mode off (no state directory)
+        self.cache = RoutingTableCache(source, refresh_interval_s=settings.table_refresh_s, on_update=self._on_table,
+                                       overlay=self.direct.overlay if self.direct is not None else None)
         self.engines: dict[str, EngineLive] = {}
         self.index = PrefixIndex()
         self.kv_pool = KVSubscriberPool(self.index)
@@ -123,9 +128,24 @@ class GatewayService:
             await asyncio.sleep(self.settings.table_refresh_s)
             table = self.cache.table
             if table is not None and self.cache.failures == 0:
-                await report_applied(self.source, self.settings.name, self.settings.url, table.generation,  # type: ignore[arg-type]
-                                     self.cache.age_s() or 0.0, refresh_interval_s=self.settings.table_refresh_s,
-                                     served=self.served.snapshot())
+                reported = await report_applied(self.source, self.settings.name, self.settings.url, table.generation,  # type: ignore[arg-type]
+                                                self.cache.age_s() or 0.0, refresh_interval_s=self.settings.table_refresh_s,
+                                                served=self.served.snapshot())
+                if reported and self.direct is not None:
+                    await self.sync_direct()
+
+    async def sync_direct(self) -> None:
+        """Upload the direct-action journal and drop the local overrides the operator resolved."""
+        upload = self.direct.upload(self.settings.name) if self.direct is not None else None
+        if upload is None:
+            return
+        try:
+            raw = await self.source.upload_direct_actions(upload.model_dump(mode="json"))  # type: ignore[attr-defined]
+        except FleetError as exc:
+            log.warning("could not upload %d direct action(s): %s", len(upload.actions), exc)
+            return
+        if self.direct.apply_reply(DirectUploadReply.model_validate(raw.model_dump())):  # type: ignore[union-attr]
+            self.cache.reapply()
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -31,6 +31,14 @@ class GatewaySettings(ProcessSettings):
         default=None, description="how the controller lists this gateway (a DNS label); default HOSTNAME-PORT")
     advertise_url: str | None = Field(
         default=None, description="the URL reported to the controller; default http://HOST:PORT")
+    # --- direct mode (break-glass without the controller) ---
+    state_dir: Path | None = Field(
+        default=None, description="directory of the direct-action journal and local flag overrides; none: "
+        "direct mode is off")
+    breakglass_token: str | None = Field(
+        default=None, repr=False, description="this gateway's break-glass credential (direct mode)")
+    breakglass_token_file: Path | None = Field(
+        default=None, description="the file `breakglass_token` came from; a rotation writes the new one there")
     # --- where the routing table comes from (exactly one) ---
     controller_url: str | None = Field(
         default=None, description="the controller's base URL; the routing table is GET /api/v1/routing")

@@ -5,8 +5,11 @@ deployment, then waits for the engines; `down` stops all of it. Everything liste
       fleet.json          where everything is: URLs, PIDs (with creation times), log files
       fleet.db            the controller's SQLite store
       bootstrap-token     the controller's admin token (0600); the local agents use it too
-      logs/               controller.log, agent-NODE.log (and the gateway's, once it is added)
-      agents/NODE/        each agent's state: logs/ENGINE.log, engines/ENGINE.json, admin-token
+      logs/               controller.log, agent-NODE.log, gateway.log
+      agents/NODE/        each agent's state: logs/ENGINE.log, engines/ENGINE.json, admin-token (its
+                          break-glass credential), direct/ (its direct-action journal)
+      gateway/            the gateway's breakglass_token, direct-action journal and local flag overrides
+      inventory.yaml      the agents and the gateway with their credential files (fleetctl --direct all ...)
 
 Processes are started in their own sessions and stopped in order (agents first, which drain their engines;
 then the controller). `down` works from fleet.json alone, so it stops a fleet started by another shell, and it
@@ -30,12 +33,14 @@ from agent.process import read_records
 from fleetctl.client import ControllerClient
 from fleetctl.controller.paths import bootstrap_token_path, sqlite_url
 from fleetctl.errors import FleetError
+from fleetctl.inventory import AGENT_CREDENTIAL_FILE, GATEWAY_CREDENTIAL_FILE, INVENTORY_FILE, write_inventory
 from fleetctl.localfleet import processes
 from fleetctl.localfleet.processes import ProcessInfo, fleetctl_argv
 
 FLEET_FILE = "fleet.json"
 HOST = "127.0.0.1"
 DEPLOYMENT = "local"
+GATEWAY_NAME = "local-gateway"
 SERVED_NAMES = {"smollm2": "smollm2-135m", "tiny": "tiny"}
 PORTS_PER_NODE = 100  # node i's engines take ports from engine_port_base + i * 100
 
@@ -121,6 +126,7 @@ def up(options: UpOptions, progress: Progress) -> FleetRecord:
         wait_engines_ready(record, options.nodes, options.ready_timeout_s, progress)
         wait_gateway_routes(record, options.nodes, 60.0, progress)
         record.save()
+        write_local_inventory(record)
     except BaseException:
         if record.processes:  # each start was saved to fleet.json, so `down` finds them
             progress("start-up failed; stopping what was started")
@@ -172,6 +178,20 @@ def _start_controller(record: FleetRecord, options: UpOptions, progress: Progres
     progress("controller: up")
 
 
+def restart_controller(record: FleetRecord, heartbeat_interval_s: float = 2.0) -> ProcessInfo:
+    """Start the controller again on the same port and store (after it stopped or was killed), as an operator
+    would; fleet.json follows, so `down` stops the new one."""
+    old = next(p for p in record.processes if p.kind == "controller")
+    port = int(record.controller_url.rsplit(":", 1)[1])
+    argv, env = controller_command(Path(record.state_dir), port, heartbeat_interval_s)
+    new = processes.start("controller", "controller", argv, Path(old.log_path or Path(record.log_dir) / "controller.log"),
+                          env, old.url)
+    record.processes[record.processes.index(old)] = new
+    record.save()
+    wait_for(lambda: controller_up(record.controller_url), new, 60.0, "the controller to answer again")
+    return new
+
+
 def controller_up(url: str) -> bool:
     with ControllerClient(url, timeout=2.0) as client:
         try:
@@ -203,11 +223,14 @@ def agent_up(url: str) -> bool:
         return False
 
 
-def gateway_command(controller_url: str, port: int, table_refresh_s: float | None = None) -> list[str]:
-    """argv of the local gateway (its controller token travels in the environment, never on the command line)."""
+def gateway_command(controller_url: str, port: int, table_refresh_s: float | None = None,
+                    state_dir: Path | None = None) -> list[str]:
+    """argv of the local gateway (its controller token travels in the environment, never on the command line).
+    With `state_dir` it takes direct (break-glass) overrides on the credential written there."""
     refresh = [] if table_refresh_s is None else ["--table-refresh-s", str(table_refresh_s)]
+    direct = [] if state_dir is None else ["--state-dir", str(state_dir)]
     return fleetctl_argv("gateway", "serve", "--controller", controller_url, "--host", HOST, "--port", str(port),
-                         "--name", "local-gateway", "--log-level", "warning", *refresh)
+                         "--name", GATEWAY_NAME, "--log-level", "warning", *refresh, *direct)
 
 
 def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:
@@ -218,13 +241,33 @@ def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) 
         raise LocalFleetError(f"gateway port {port} is taken: pass --gateway-port (0 picks a free one)",
                               code="port_taken", field="gateway_port", status=409)
     record.gateway_url = f"http://{HOST}:{port}"
-    argv = gateway_command(record.controller_url, port, options.gateway_table_refresh_s)
+    argv = gateway_command(record.controller_url, port, options.gateway_table_refresh_s,
+                           gateway_state_dir(Path(record.state_dir), "gateway"))
     info = processes.start("gateway", "gateway", argv, Path(record.log_dir) / "gateway.log",
                            {"FLEET_TOKEN": _read_token(record)}, record.gateway_url)
     _add(record, info)
     progress(f"gateway: starting at {record.gateway_url} (pid {info.pid})")
     wait_for(lambda: gateway_up(record.gateway_url), info, 60.0, "the gateway to load its routing table")
     progress("gateway: up")
+
+
+def gateway_state_dir(state_dir: Path, name: str) -> Path:
+    """Where gateway `name` of the local fleet keeps its direct-mode state (the fleet's own: gateway/)."""
+    return state_dir / ("gateway" if name == "gateway" else f"gateway-{name}")
+
+
+def write_local_inventory(record: FleetRecord) -> Path:
+    """STATE_DIR/inventory.yaml: the agents and the gateway with their credential files, for `--direct all`."""
+    state_dir = Path(record.state_dir)
+    nodes = [{"name": info.name, "kind": "agent", "url": info.url or "",
+              "credential_file": str(state_dir / "agents" / info.name / AGENT_CREDENTIAL_FILE)}
+             for info in record.of_kind("agent")]
+    nodes += [{"name": GATEWAY_NAME if info.name == "gateway" else info.name, "kind": "gateway", "url": info.url or "",
+               "credential_file": str(gateway_state_dir(state_dir, info.name) / GATEWAY_CREDENTIAL_FILE)}
+              for info in record.of_kind("gateway")]
+    path = state_dir / INVENTORY_FILE
+    write_inventory(path, nodes)
+    return path
 
 
 def gateway_up(url: str) -> bool:

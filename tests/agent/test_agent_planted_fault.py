@@ -69,11 +69,11 @@ async def test_a_planted_fault_restarts_the_engine_with_it_hidden_then_clean(tmp
                              tick_s=0.2, stop_timeout_s=20.0, drain_timeout_s=20.0)
     supervisor = Supervisor(settings)
     try:
-        supervisor.set_desired([CLEAN], new_generation=True)
+        supervisor.set_desired([CLEAN])
         clean = await until_ready(supervisor, None)
         assert FAULT_ENV not in environ(clean.pid)
 
-        supervisor.set_desired([PLANTED], new_generation=True)
+        supervisor.set_desired([PLANTED])
         planted = await until_ready(supervisor, clean.pid)
         assert environ(planted.pid)[FAULT_ENV] == "kv_fp16"
         assert planted.launched is not None and FAULT_ENV not in planted.launched.env
@@ -81,7 +81,7 @@ async def test_a_planted_fault_restarts_the_engine_with_it_hidden_then_clean(tmp
         assert planted.restarts == clean.restarts + 1 and planted.class_ref == "tiny@r1"
         assert config_drift(ReplicaClassSpec.model_validate(SPEC), planted.launched, planted.reported) == []
 
-        supervisor.set_desired([CLEAN], new_generation=True)
+        supervisor.set_desired([CLEAN])
         again = await until_ready(supervisor, planted.pid)
         assert FAULT_ENV not in environ(again.pid)
         assert again.launched == clean.launched

@@ -27,7 +27,8 @@ READ = {
     "rollout list", "rollout status", "rollout history", "drill list",
     "canary status", "canary show", "canary events",
     "canary references", "canary golden check", "gateway list", "flag list", "flag get",
-    "breakglass status",
+    "breakglass status", "breakglass divergence",
+    "runbook list", "runbook show", "runbook validate",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
@@ -36,6 +37,9 @@ DESTRUCTIVE = {
     "rollout start", "rollout promote", "rollout abort", "rollout retry", "rollout undo",  # they move traffic
     "drill misroute", "drill plant",  # they change what production users get
     "breakglass pin", "breakglass shed", "breakglass kill-switch",  # so do these, on purpose, in an incident
+    "engine stop", "engine restart",  # direct mode: the agent stops or restarts a serving engine
+    "breakglass reconcile",  # a revert restarts engines and drops pins
+    "runbook run",  # its steps drain, pin and shed (it confirms each step unless --yes)
 }
 OTHER = {
     "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",

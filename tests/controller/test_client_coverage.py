@@ -260,6 +260,13 @@ def test_traffic_and_flags_round_trip(checked: Checked) -> None:
     assert checked("admin", "unpin_model", "smollm2-135m", reason="test").result == "changed"
     assert checked("admin", "shed_model", "smollm2-135m", 0.25, reason="test").value == 0.25
     assert checked("admin", "kill_switch", "prefix_routing", reason="test").value is False
+    drain = {"seq": 1, "at": 1_767_225_600.0, "action": "drain", "target": "chat-0", "reason": "outage"}
+    reply = checked("agent", "upload_direct_actions", {"kind": "agent", "source": NODE, "actions": [drain], "open": [1]})
+    assert reply.acknowledged == 1 and reply.resolved == {}
+    (held,) = checked("viewer", "divergence")
+    assert (held.source, held.action, held.desired) == (NODE, "drain", "run")
+    assert checked("viewer", "divergence", all=True)[0].id == held.id
+    assert checked("admin", "reconcile", revert=[held.id], reason="test").reverted == [held.id]
     checked.assert_covered("policy")
 
 
@@ -271,6 +278,9 @@ def test_tokens_and_audit_round_trip(checked: Checked) -> None:
     assert (revoked.result, revoked.overridden) == ("revoked", [])
     events = checked("viewer", "list_audit", actor=None, limit=10)
     assert [e.action for e in events][-2:] == ["token.create", "token.revoke"] and events[-1].reason is None
+    step = {"runbook": "node-maintenance", "run_id": "r1", "event": "step", "outcome": "failed", "phase": "steps",
+            "step": 3, "kind": "check", "text": "fleetctl node show n1 -o json", "detail": "got false"}
+    assert checked("operator", "record_runbook", step).target == "node-maintenance steps.3"
     checked.assert_covered("admin")
 
 

@@ -32,6 +32,8 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/engines/chat-0/cordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/engines/chat-0/uncordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/tokens", {"name": "ci", "role": "viewer", "reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/audit/runbook", {"runbook": "rb", "run_id": "r1", "event": "start", "outcome": "started",
+                                       "text": "{bad}"}, "operator", "text"),
     ("DELETE", "/api/v1/tokens/ci", {"reason": "{bad}"}, "admin", "reason"),
     ("DELETE", "/api/v1/flags/prefix_routing", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/gateways/report", {"name": "gw", "url": "{bad}", "generation": 0, "table_age_s": 0}, "operator", "url"),
@@ -52,6 +54,9 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("DELETE", "/api/v1/breakglass/pin/smollm2-135m", {"reason": "{bad}"}, "admin", "reason"),
     ("POST", "/api/v1/breakglass/shed/smollm2-135m", {"fraction": 0.5, "reason": "{bad}"}, "admin", "reason"),
     ("POST", "/api/v1/breakglass/kill-switch/prefix_routing", {"reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/breakglass/direct-actions", {"kind": "agent", "source": "n1", "actions": [
+        {"seq": 1, "at": 0, "action": "drain", "target": "chat-0", "reason": "{bad}"}]}, "agent", "actions.0.reason"),
+    ("POST", "/api/v1/breakglass/reconcile", {"adopt": [1], "reason": "{bad}"}, "admin", "reason"),
 ]
 
 

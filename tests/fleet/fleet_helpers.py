@@ -17,8 +17,7 @@ import pytest
 
 from agent.client import AgentClient
 from fleetctl.client import ControllerClient
-from fleetctl.localfleet import FleetRecord, UpOptions, processes, up
-from fleetctl.localfleet.fleet import controller_command, controller_up
+from fleetctl.localfleet import FleetRecord, UpOptions, fleet, processes, up
 from fleetctl.localfleet.processes import ProcessInfo
 
 T = TypeVar("T")
@@ -93,11 +92,4 @@ def kill(info: ProcessInfo) -> None:
 
 def restart_controller(record: FleetRecord) -> ProcessInfo:
     """Start the controller again on the same port and SQLite file, as an operator would; fleet.json follows."""
-    old = process(record, "controller")
-    port = int(record.controller_url.rsplit(":", 1)[1])
-    argv, env = controller_command(Path(record.state_dir), port, heartbeat_interval_s=1.0)
-    new = processes.start("controller", "controller", argv, Path(old.log_path or "controller.log"), env, old.url)
-    record.processes[record.processes.index(old)] = new
-    record.save()
-    wait_until(lambda: controller_up(record.controller_url), 60, "the restarted controller")
-    return new
+    return fleet.restart_controller(record, heartbeat_interval_s=1.0)

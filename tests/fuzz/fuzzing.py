@@ -93,7 +93,7 @@ def _fuzz_operation(client: httpx.Client, base_url: str, headers: dict[str, str]
             kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
             response = client.request(kwargs["method"], kwargs["url"], headers=kwargs.get("headers"),
                                       params=kwargs.get("params"), **_content(kwargs))
-        except (UnicodeEncodeError, ValueError, httpx.InvalidURL):
+        except (UnicodeEncodeError, ValueError, httpx.InvalidURL, httpx.LocalProtocolError):
             return  # not sendable as HTTP (a header no client could send): nothing to learn
         seen[response.status_code] += 1
         if str(response.status_code) not in declared and "default" not in declared:

@@ -17,6 +17,7 @@ from fleetctl.controller.api.routes_canary import router as canary_router
 from fleetctl.controller.api.routes_canary_refs import router as canary_refs_router
 from fleetctl.controller.api.routes_classes import router as classes_router
 from fleetctl.controller.api.routes_deployments import router as deployments_router
+from fleetctl.controller.api.routes_direct import router as direct_router
 from fleetctl.controller.api.routes_drills import router as drills_router
 from fleetctl.controller.api.routes_gateways import router as gateways_router
 from fleetctl.controller.api.routes_metrics import router as metrics_router
@@ -28,7 +29,7 @@ from fleetctl.controller.api.routes_watch import router as watch_router
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
 
-ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router, breakglass_router,
+ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router, breakglass_router, direct_router,
            gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router, canary_refs_router,
            watch_router)
 

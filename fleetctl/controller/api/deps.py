@@ -27,8 +27,9 @@ def get_runtime(request: Request) -> ControllerRuntime:
     return request.app.state.runtime
 
 
-def require(role: str) -> Callable[..., Principal]:
-    """A dependency that authenticates the bearer token (401) and checks it has `role` (403)."""
+def require(role: str | None) -> Callable[..., Principal]:
+    """A dependency that authenticates the bearer token (401) and checks it has `role` (403; None: any
+    role, the handler decides)."""
 
     async def dependency(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)) -> Principal:
         runtime = get_runtime(request)
@@ -37,7 +38,8 @@ def require(role: str) -> Callable[..., Principal]:
         if principal is None:  # not seen lately: look it up (in a worker thread, the store is synchronous)
             principal = await run_in_threadpool(lookup_principal, runtime, token)
         request.state.principal = principal  # the audit of a refusal names who was refused
-        authorize(principal, role)
+        if role is not None:
+            authorize(principal, role)
         return principal
 
     return dependency

@@ -1,4 +1,5 @@
-"""Admin: API tokens (create shows the token once; revoke keeps the row) and the audit log (read-only)."""
+"""Admin: API tokens (create shows the token once; revoke keeps the row), the audit log (read-only), and the
+audit records of runbook runs (`fleetctl runbook run` sends one per start, step and finish)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from fastapi import APIRouter, Depends, Query
 from fleetctl.controller import audit, tokens
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
 from fleetctl.controller.audit import NOOP, OK
-from fleetctl.controller.auth import ADMIN, VIEWER
+from fleetctl.controller.auth import ADMIN, OPERATOR, VIEWER
 from fleetctl.controller.responses import AuditEventView, TokenCreated, TokenRevoked, TokenView
+from fleetctl.controller.runbook_events import RunbookEvent, RunbookEventRecorded, audit_result, audit_target
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body, TokenCreate
 
@@ -60,3 +62,15 @@ def audit_list(
     start = audit.parse_since(since, now) if since else None
     with runtime.store.session() as session:
         return [audit.event_view(row) for row in audit.list_events(session, start, actor, limit)]
+
+
+@router.post("/audit/runbook", name="runbook.record", response_model=RunbookEventRecorded)
+def runbook_record(body: RunbookEvent, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Record one event of a runbook run as its own audit action (`runbook.start|step|finish`): what ran and
+    its outcome. The runbook's commands are audited by their own routes as well."""
+    action, target, result = f"runbook.{body.event}", audit_target(body), audit_result(body.outcome)
+    detail = body.model_dump(include={"run_id", "phase", "step", "kind", "text", "detail"}, exclude_none=True)
+    entry = audit.AuditRecord(change.actor, action, target, change.reason, change.digest, result, 200, body.outcome, detail)
+    with change.runtime.store.session() as session:
+        audit.record(session, entry, change.runtime.clock())
+    return {"action": action, "target": target, "result": result}
