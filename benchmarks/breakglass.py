@@ -8,9 +8,9 @@ directory and its own break-glass credential) and in the fleet's inventory. Stea
 ../shared/traces/mooncake_conversation.jsonl (benchmarks/rollout_traffic.py) goes through all gateways in turn
 from start to end. Then:
 
-1. **Flags**: `--flag-trials` times, `prefix_routing` is set (alternately off and on) through the API; the
-   time from the call to each gateway routing on a table at or past the returned generation (GET /health
-   `table_generation`, polled every 20 ms). Baseline, in the same trials: the call's own round trip. No
+1. **Flags**: `--flag-trials` times, a random 0.1-2.1 s apart, `prefix_routing` is set (alternately off and
+   on) through the API; the time from the call to each gateway routing on a table at or past the returned
+   generation (GET /health `table_generation`, polled every 20 ms). Baseline, in the same trials: the call's own round trip. No
    catalog flag is read by the agents (each flag's `read_by` is the gateway or the controller), so there is no
    agent side to wait for.
 2. **Through the controller** (baseline): drain one node's engines (`fleetctl engine drain`) and pin the
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -171,7 +172,7 @@ def gateway_generation(url: str) -> int:
 
 
 def measure_flags(fleet: Fleet, trials: int) -> dict[str, Any]:
-    applied, calls = [], []
+    applied, calls, rng = [], [], random.Random(14)
     for trial in range(trials):
         start = time.monotonic()
         result = fleet.api.set_flag("prefix_routing", trial % 2 == 1, reason="benchmark")
@@ -179,7 +180,9 @@ def measure_flags(fleet: Fleet, trials: int) -> dict[str, Any]:
         for url in fleet.gateways.values():
             done = wait(lambda u=url: gateway_generation(u) >= (result.generation or 0), 30, "a gateway to apply the flag")
             applied.append(done - start)
-        time.sleep(0.3)
+        # a random gap, so a trial does not start in step with the gateways' refresh timers (each trial
+        # ends at a refresh: a fixed gap would measure the same phase of the refresh period every time)
+        time.sleep(rng.uniform(0.1, 2.1))
     fleet.api.unset_flag("prefix_routing", reason="benchmark")
     return {"trials": trials, "gateways": len(fleet.gateways), "applied_s": applied, "call_s": calls,
             "applied_p50_s": percentile(applied, 50), "applied_p99_s": percentile(applied, 99), "applied_max_s": max(applied),

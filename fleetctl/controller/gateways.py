@@ -27,7 +27,8 @@ from fleetctl.controller.rollout.state import Histogram, ServedByGateway, Served
 
 DEFAULT_REFRESH_INTERVAL_S = 2.0  # the gateway's own default (fleetctl/gateway/settings.py table_refresh_s)
 STALE_AFTER_INTERVALS = 3
-# the gateway's maximum backoff between table fetches (fleetctl/gateway/routing_table.py, 30 s) and a margin
+# the gateway's maximum backoff between table fetches (fleetctl/gateway/routing_table.py, 8 s), with a wide margin
+# for a gateway built with a longer one
 RECONNECT_GRACE_S = 40.0
 
 

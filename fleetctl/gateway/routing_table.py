@@ -28,7 +28,7 @@ from fleetctl.replica_class import ReplicaClassSpec
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_INTERVAL_S = 2.0
-DEFAULT_MAX_BACKOFF_S = 30.0
+DEFAULT_MAX_BACKOFF_S = 8.0  # as the agents' reconnect cap (agent/backoff.py): back within seconds, spread
 
 
 @dataclass(frozen=True)
