@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetctl.agent.api")
 
 BREAK_GLASS_ACTIONS = ("drain", "restart", "stop")
+BAD_CREDENTIAL = "bad_credential"  # not the controller's "unauthorized": the fix is the node's credential file
 
 
 class ApiError(Exception):
@@ -94,7 +95,7 @@ def make_api(agent: "Agent") -> FastAPI:
 def _authorize(request: Request, admin_token: str) -> None:
     problem = bearer_problem(request.headers.get("authorization"), admin_token)
     if problem is not None:
-        raise ApiError(401, "unauthorized", problem)
+        raise ApiError(401, BAD_CREDENTIAL, problem)
 
 
 async def _reason(request: Request) -> str | None:

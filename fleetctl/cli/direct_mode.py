@@ -21,7 +21,7 @@ from typing import Any, Literal
 import httpx
 
 from fleetctl.controller.paths import default_state_dir
-from fleetctl.errors import FleetError, NotFound, Unavailable, ValidationFailed
+from fleetctl.errors import AuthError, Conflict, FleetError, NotFound, Unavailable, ValidationFailed
 from fleetctl.inventory import INVENTORY_FILE, read_inventory
 
 Kind = Literal["agent", "gateway"]
@@ -109,10 +109,7 @@ class DirectFleet:
         except ValueError:
             payload = {}
         if response.is_error:
-            error = payload.get("error", {}) if isinstance(payload, dict) else {}
-            message = error.get("message") or f"HTTP {response.status_code}"
-            raise FleetError(f"{target.kind} {target.name}: {message}", status=response.status_code,
-                             code=str(error.get("code") or "direct_refused"), field=error.get("param") or error.get("field"))
+            raise _refusal(target, response.status_code, payload)
         return payload
 
     # --- reads ---
@@ -173,6 +170,17 @@ class DirectFleet:
             raise FleetError(f"{first.message} ({len(failed)} gateway(s) failed; applied on: {applied})",
                              status=first.status, code=first.code, field=first.field)
         return done
+
+
+def _refusal(target: Target, status: int, payload: Any) -> FleetError:
+    """An agent's (the controller's error shape) or a gateway's (OpenAI's) refusal, as the CLI's error family
+    (so a wrong credential exits 4, a bad value 2, an unknown engine 3)."""
+    error = payload.get("error", {}) if isinstance(payload, dict) else {}
+    field = error.get("field") or error.get("param")
+    code = "bad_credential" if status == 401 else error.get("code") if isinstance(error.get("code"), str) else None
+    cls = {400: ValidationFailed, 401: AuthError, 404: NotFound, 409: Conflict, 422: ValidationFailed}.get(status, FleetError)
+    message = f"{target.kind} {target.name}: {error.get('message') or f'HTTP {status}'}"
+    return cls(message, status=422 if status == 400 else status, code=code, field=field if isinstance(field, str) else None)
 
 
 def needs_controller(command: str) -> FleetError:

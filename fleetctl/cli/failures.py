@@ -49,7 +49,8 @@ def _fleet_code(exc: FleetError) -> ExitCode:
 def _fleet_message(exc: FleetError) -> str:
     message = " ".join(exc.message.split())  # one line, whatever the server sent
     if isinstance(exc, AuthError) and exc.status == 401:
-        message += " (pass --token or set FLEET_TOKEN)"
+        message += (" (the node's break-glass credential file: --admin-token-file, or credential_file in the "
+                    "--direct inventory)" if exc.code == "bad_credential" else " (pass --token or set FLEET_TOKEN)")
     if exc.code in RETRYABLE_CONFLICTS and "retry" not in message:
         message += " (changed concurrently: re-read and retry)"
     return message

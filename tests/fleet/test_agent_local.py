@@ -33,7 +33,7 @@ def test_break_glass_needs_the_admin_token(tiny_fleet):
     name = engine_on(tiny_fleet, "node-1")["name"]
     assert httpx.post(f"{url}/engines/{name}/stop").status_code == 401
     wrong = httpx.post(f"{url}/engines/{name}/stop", headers={"Authorization": "Bearer not-the-token"})
-    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "bad_credential"
     token = admin_token(tiny_fleet, "node-1")
     with pytest.raises(AgentApiError) as err:
         AgentClient(url, admin_token=token).act("no-such-engine", "stop")

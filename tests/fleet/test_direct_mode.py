@@ -106,6 +106,15 @@ def test_direct_mode_works_with_the_control_plane_down_and_is_reconciled_after(t
         assert other.status_code == 401
         at_gateway = httpx.get(f"{gateway}/fleet/direct", headers={"Authorization": f"Bearer {credential(tiny_fleet, 'node-1')}"})
         assert at_gateway.status_code == 401
+        inventory = Path(tiny_fleet.state_dir) / "inventory.yaml"
+        crossed = inventory.read_text().replace("agents/node-2/admin-token", "agents/node-1/admin-token")
+        (Path(tiny_fleet.state_dir) / "crossed.yaml").write_text(crossed)
+        on_node_2 = next(name for name, e in engines_by_name(tiny_fleet).items() if e["node"] == "node-2")
+        wrong = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "--inventory",
+                                str(Path(tiny_fleet.state_dir) / "crossed.yaml"), "--direct", "node-2", "engine", "drain",
+                                on_node_2, "--reason", "x", "--yes"], capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 4 and "break-glass credential is not valid" in wrong.stderr, wrong.stderr
+        assert engines_by_name(tiny_fleet)[on_node_2]["state"] == "ready"  # refused: nothing done
 
         for suffix in ("", "-wal", "-shm"):
             if Path(f"{store}{suffix}.stopped").exists():

@@ -76,7 +76,8 @@ def test_up_detach_then_down_stops_everything(state_dir):
     (state_dir / "wrong-token").write_text("wrong\n")
     refused = fleetctl("agent", "stop", "local-0", "--agent", agent["url"], "--admin-token-file",
                        str(state_dir / "wrong-token"), timeout=60)
-    assert refused.returncode == ExitCode.AUTH and "admin token" in refused.stderr
+    assert refused.returncode == ExitCode.AUTH and "break-glass credential" in refused.stderr
+    assert "--admin-token-file" in refused.stderr  # the fix is the node's file, not a controller token
 
     os.kill(agent["pid"], signal.SIGKILL)  # an agent that dies cannot stop its engine: `down` sweeps it
     down = fleetctl("down", "--state-dir", str(state_dir), "-o", "json")
