@@ -46,7 +46,7 @@ class DirectSync:
             return
         try:
             raw = await self.link.upload_direct_actions(upload.model_dump(mode="json"))
-            reply = DirectUploadReply.model_validate(raw.model_dump() if hasattr(raw, "model_dump") else raw)
+            reply = DirectUploadReply.model_validate(raw)  # the client's parsed reply, or a plain dict
         except Exception as exc:  # an older controller, a refusal, a network error: next heartbeat
             log.warning("could not upload %d direct action(s): %s", len(upload.actions), exc)
             return

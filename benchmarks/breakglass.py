@@ -34,7 +34,6 @@ Results: a table on stdout and benchmarks/results/breakglass.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -53,6 +52,7 @@ from benchmarks.common import (  # noqa: E402
 )
 from benchmarks.rollout import start_fleet, traffic_summary  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Traffic, arrival_offsets, build_requests  # noqa: E402
+from fleetctl.localfleet.fleet import restart_controller  # noqa: E402
 
 OUT = RESULTS / "breakglass.json"
 GOALS = {"direct_s": 10.0, "lost": 0, "audit_s": 10.0, "flag_p99_s": 2.0}
@@ -93,6 +93,7 @@ class Fleet:
         self.token = Path(record.token_file).read_text().strip()
         self.api = ControllerClient(record.controller_url, self.token, timeout=10.0)
         self.gateways: dict[str, str] = {}
+        self.credentials: dict[str, str] = {}  # gateway -> its break-glass credential (from the inventory)
 
     def add_gateways(self, count: int, refresh_s: float | None) -> None:
         from agent.ports import free_port
@@ -103,14 +104,17 @@ class Fleet:
         for index in range(2, count + 1):
             name, port = f"bench-gateway-{index}", free_port("127.0.0.1")
             url = f"http://127.0.0.1:{port}"
-            argv = gateway_command(self.record.controller_url, port, refresh_s, gateway_state_dir(self.state, name))
-            argv[argv.index("--name") + 1] = name
+            argv = gateway_command(self.record.controller_url, port, refresh_s, gateway_state_dir(self.state, name), name)
             info = processes.start("gateway", name, argv, self.state / "logs" / f"{name}.log", {"FLEET_TOKEN": self.token}, url)
             self.record.processes.append(info)
             self.record.save()
             wait_for(lambda: gateway_up(url), info, 60.0, f"{name} to load its routing table")
             self.gateways[name] = url
-        write_local_inventory(self.record)
+        from fleetctl.inventory import read_inventory
+
+        for node in read_inventory(write_local_inventory(self.record)):
+            if node["kind"] == "gateway":
+                self.credentials[node["name"]] = Path(node["credential_file"]).read_text().strip()
 
     def cli(self, *args: str, direct: bool = False) -> tuple[float, str]:
         """Run fleetctl; (seconds it took, stdout). Raises on a non-zero exit."""
@@ -123,17 +127,11 @@ class Fleet:
             raise RuntimeError(f"fleetctl {' '.join(args)}: {done.stderr.strip()}")
         return time.monotonic() - start, done.stdout
 
-    def credential(self, gateway: str) -> str:
-        from fleetctl.inventory import read_inventory
-
-        node = next(n for n in read_inventory(self.state / "inventory.yaml") if n["name"] == gateway)
-        return Path(node["credential_file"]).read_text().strip()
-
     def gateway_flags(self, gateway: str) -> dict[str, Any]:
         import httpx
 
         url = self.gateways[gateway]
-        return httpx.get(f"{url}/fleet/direct", headers={"Authorization": f"Bearer {self.credential(gateway)}"},
+        return httpx.get(f"{url}/fleet/direct", headers={"Authorization": f"Bearer {self.credentials[gateway]}"},
                          timeout=5).json()["flags"]
 
     def engines_on(self, node: str) -> dict[str, str]:
@@ -220,22 +218,6 @@ def start_database(moved: list[Path]) -> None:
         path.rename(path.with_name(path.name.removesuffix(".stopped")))
 
 
-def restart_controller(fleet: Fleet) -> float:
-    """Start the controller again on its port and store; the monotonic time it was started."""
-    from fleetctl.localfleet import processes
-    from fleetctl.localfleet.fleet import controller_command, controller_up
-
-    old = next(p for p in fleet.record.processes if p.kind == "controller")
-    port = int(fleet.record.controller_url.rsplit(":", 1)[1])
-    argv, env = controller_command(fleet.state, port, heartbeat_interval_s=1.0)
-    started = time.monotonic()
-    new = processes.start("controller", "controller", argv, Path(old.log_path or "controller.log"), env, old.url)
-    fleet.record.processes[fleet.record.processes.index(old)] = new
-    fleet.record.save()
-    wait(lambda: controller_up(fleet.record.controller_url), 60, "the controller", every_s=0.1)
-    return started
-
-
 def kill_controller(fleet: Fleet) -> None:
     import signal
 
@@ -291,7 +273,8 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
         entries = journal_entries(fleet)
         time.sleep(args.outage_s)
         start_database(moved)
-        started = restart_controller(fleet)
+        started = time.monotonic()
+        restart_controller(record, heartbeat_interval_s=args.heartbeat_s)
         audited_at = wait(lambda: direct_actions_in_audit(fleet) >= entries, 120, "the direct actions in the audit",
                           every_s=0.1)
         divergence = fleet.api.divergence()
@@ -348,9 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     state_dir = Path(tempfile.mkdtemp(prefix="fleet-breakglass-bench-"))
     log(f"fleet state and logs: {state_dir}")
-    rollout_like = argparse.Namespace(nodes=args.nodes, model=args.model, heartbeat_s=args.heartbeat_s,
-                                      table_refresh_s=args.table_refresh_s)
-    record = start_fleet(rollout_like, state_dir)
+    record = start_fleet(args, state_dir)  # it reads nodes, model, heartbeat_s and table_refresh_s
     try:
         report = measure(args, record)
     finally:
@@ -358,7 +339,6 @@ def main(argv: list[str] | None = None) -> None:
         down(state_dir, timeout_s=30.0)
     write_json(args.out, report)
     print_report(report)
-    print(json.dumps(report["goals"], indent=1, default=str), file=sys.stderr)
 
 
 if __name__ == "__main__":

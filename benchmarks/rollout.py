@@ -126,17 +126,14 @@ def start_more_gateways(record: Any, count: int, refresh_s: float) -> dict[str, 
     """Gateways beyond the local fleet's own, added to fleet.json so `down` stops them too; name -> URL."""
     from agent.ports import free_port
     from fleetctl.localfleet import processes
-    from fleetctl.localfleet.fleet import gateway_up, wait_for
-    from fleetctl.localfleet.processes import fleetctl_argv
+    from fleetctl.localfleet.fleet import gateway_command, gateway_up, wait_for
 
     token = Path(record.token_file).read_text().strip()
     gateways = {"local-gateway": record.gateway_url}
     for index in range(2, count + 1):
         name, port = f"bench-gateway-{index}", free_port("127.0.0.1")
         url = f"http://127.0.0.1:{port}"
-        argv = fleetctl_argv("gateway", "serve", "--controller", record.controller_url, "--host", "127.0.0.1",
-                             "--port", str(port), "--name", name, "--table-refresh-s", str(refresh_s),
-                             "--log-level", "warning")
+        argv = gateway_command(record.controller_url, port, refresh_s, name=name)
         info = processes.start("gateway", name, argv, Path(record.log_dir) / f"{name}.log", {"FLEET_TOKEN": token}, url)
         record.processes.append(info)
         record.save()

@@ -78,8 +78,15 @@ class DirectJournal:
             lines = self.path.read_text().splitlines()
         except FileNotFoundError:
             return []
-        # a line cut short by a crash mid-write is the only one that may not parse: it was never acknowledged
-        return [DirectAction.model_validate_json(line) for line in lines if line.strip() and line.endswith("}")]
+        entries = []
+        for index, line in enumerate(lines):
+            try:
+                entries.append(DirectAction.model_validate_json(line))
+            except ValueError:
+                if index < len(lines) - 1:
+                    raise
+                # the last line cut short by a crash mid-write: its reply never went out, nothing acted on it
+        return entries
 
     def entries(self) -> list[DirectAction]:
         return list(self._entries)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from fleetctl.cli import direct_cmds
-from fleetctl.cli.context import ReasonOption, YesOption, client, confirm, direct
+from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.flag_cmd import (
     SET_COLUMNS, ModelOption, TimeoutOption, WaitOption, applied, require_reason, shown_value, ttl_seconds,
 )
@@ -71,7 +71,7 @@ def pin(ctx: typer.Context, model: ModelArg,
     `unpin`. Refused unless CLASS_REF is deployed for MODEL with a ready engine."""
     why = require_reason(reason)
     confirm(f"Send all of {model}'s traffic to {class_ref}?", yes)
-    fleet = _direct(ctx, ttl)
+    fleet = direct_cmds.direct_targets(ctx, ttl)
     if fleet is not None:
         direct_cmds.set_flag(fleet, f"pin:{model}", class_ref, why, output, f"{model} pinned to {class_ref}")
         return
@@ -84,7 +84,7 @@ def pin(ctx: typer.Context, model: ModelArg,
 def unpin(ctx: typer.Context, model: ModelArg, reason: ReasonOption = None, wait: WaitOption = True,
           timeout: TimeoutOption = 30.0, output: OutputOption = Format.table) -> None:
     """Lift MODEL's pin: its weights decide again and its rollouts go on."""
-    fleet = _direct(ctx, None)
+    fleet = direct_cmds.direct_targets(ctx, None)
     if fleet is not None:
         direct_cmds.unset_flag(fleet, f"pin:{model}", require_reason(reason), output, f"{model}: local pin dropped")
         return
@@ -104,7 +104,7 @@ def shed(ctx: typer.Context, model: ModelArg,
     why = require_reason(reason)
     if fraction > 0:
         confirm(f"Reject {fraction:.0%} of {model}'s requests with 429?", yes)
-    fleet = _direct(ctx, ttl)
+    fleet = direct_cmds.direct_targets(ctx, ttl)
     if fleet is not None:
         key = f"shed_fraction:{model}"
         if fraction > 0:
@@ -127,7 +127,7 @@ def kill_switch(ctx: typer.Context,
     """Turn a default-on flag off now (`fleetctl flag unset FLAG` turns it back on)."""
     why = require_reason(reason)
     confirm(f"Turn {flag}{' for ' + model if model else ''} off?", yes)
-    fleet = _direct(ctx, ttl)
+    fleet = direct_cmds.direct_targets(ctx, ttl)
     if fleet is not None:
         key = f"{flag}:{model}" if model else flag
         direct_cmds.set_flag(fleet, key, False, why, output, f"{key}: off")
@@ -152,13 +152,6 @@ def _is_hold(key: str, view: dict[str, Any]) -> bool:
     name = key.partition(":")[0]
     return name in ("freeze", "pin") or (name == "shed_fraction" and bool(view.get("value"))) \
         or (name in KILL_SWITCHES and view.get("value") is False)
-
-
-def _direct(ctx: typer.Context, ttl: str | None) -> Any:
-    fleet = direct(ctx)
-    if fleet is not None and ttl is not None:
-        raise ValidationFailed("--ttl: a direct override holds until adopted or reverted", field="ttl")
-    return fleet
 
 
 DIVERGENCE_COLUMNS = [

@@ -41,8 +41,8 @@ class CliContext:
         if self.direct is not None:
             from fleetctl.cli.direct_mode import needs_controller
 
-            raise needs_controller(click.get_current_context().command_path.removeprefix("fleetctl ")
-                                   if click.get_current_context(silent=True) else "this command")
+            current = click.get_current_context(silent=True)
+            raise needs_controller(current.command_path.removeprefix("fleetctl ") if current else "this command")
         if self._client is None:
             self._client = ControllerClient(self.controller, self.token or local_token(), self.timeout_s)
         return self._client

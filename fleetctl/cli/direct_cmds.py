@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
+
+from fleetctl.cli.context import direct
 from fleetctl.cli.direct_mode import DirectFleet
 from fleetctl.cli.output import Column, Format, col, emit, status
 from fleetctl.flag_catalog import FlagError, coerce, parse_key
@@ -36,6 +39,15 @@ def _state(row: dict[str, Any]) -> str:
 
 def _shown(value: Any) -> str:
     return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def direct_targets(ctx: typer.Context, ttl: str | None) -> DirectFleet | None:
+    """The --direct targets (None without --direct), refusing `--ttl`: a direct override holds until it is
+    adopted or reverted."""
+    fleet = direct(ctx)
+    if fleet is not None and ttl is not None:
+        raise ValidationFailed("--ttl: a direct override holds until adopted or reverted", field="ttl")
+    return fleet
 
 
 def show_status(fleet: DirectFleet, output: Format) -> None:

@@ -99,10 +99,8 @@ def set_flag(
     With --direct: a local override on each targeted gateway (no --ttl), until adopted or reverted."""
     key = flag_key(name, model)
     require_reason(reason)
-    fleet = direct(ctx)
+    fleet = direct_cmds.direct_targets(ctx, ttl)
     if fleet is not None:
-        if ttl is not None:
-            raise ValidationFailed("--ttl: a direct override holds until adopted or reverted", field="ttl")
         direct_cmds.set_flag(fleet, key, value, reason, output, f"flag {key}={value}")
         return
     ttl_s = ttl_seconds(ttl)

@@ -49,9 +49,10 @@ def ingest(session: Session, upload: DirectUpload, now: datetime) -> dict[str, A
     session.flush()
     open_seqs = set(upload.open)
     rows = _rows_of(session, upload.kind, upload.source)
+    central = flags.overrides(session, now)
     for row in rows:
         row.open = row.seq in open_seqs
-        if row.state == PENDING and (not row.open or _desired_agrees(session, row, now)):
+        if row.state == PENDING and (not row.open or _desired_agrees(session, row, central)):
             row.state = MATCHES if row.open else DONE
             row.resolved_at = now
     acknowledged = max(known, default=0)
@@ -78,21 +79,22 @@ def _rows_of(session: Session, kind: str, source: str) -> list[DirectActionRow]:
         DirectActionRow.source_kind == kind, DirectActionRow.source == source).order_by(DirectActionRow.seq)).scalars())
 
 
-def desired_of(session: Session, row: DirectActionRow, now: datetime) -> Any:
-    """What desired state says about the action's target: the flag's central value (gateway), or the
-    engine's assignment ("run", "drain" or "unassigned") (agent)."""
+def desired_of(session: Session, row: DirectActionRow, central: dict[str, Any]) -> Any:
+    """What desired state says about the action's target: the flag's central value (gateway; `central`:
+    the overrides in force, flags.overrides), or the engine's assignment ("run", "drain" or "unassigned")
+    (agent)."""
     if row.source_kind == "gateway":
         spec, model = parse_key(row.target)
-        return value_of(flags.overrides(session, now), spec.name, model)
+        return value_of(central, spec.name, model)
     assignment = session.get(Assignment, row.target)
     if assignment is None:
         return "unassigned"
     return "drain" if assignment.drain else "run"
 
 
-def _desired_agrees(session: Session, row: DirectActionRow, now: datetime) -> bool:
+def _desired_agrees(session: Session, row: DirectActionRow, central: dict[str, Any]) -> bool:
     try:
-        desired = desired_of(session, row, now)
+        desired = desired_of(session, row, central)
     except FlagError:
         return False
     if row.source_kind == "gateway":
@@ -106,12 +108,13 @@ def divergences(session: Session, now: datetime, include_resolved: bool = False)
     query = select(DirectActionRow).order_by(DirectActionRow.id)
     if not include_resolved:
         query = query.where(DirectActionRow.state == PENDING, DirectActionRow.open.is_(True))
-    return [divergence_view(session, row, now) for row in session.execute(query).scalars()]
+    central = flags.overrides(session, now)
+    return [divergence_view(session, row, central) for row in session.execute(query).scalars()]
 
 
-def divergence_view(session: Session, row: DirectActionRow, now: datetime) -> dict[str, Any]:
+def divergence_view(session: Session, row: DirectActionRow, central: dict[str, Any]) -> dict[str, Any]:
     try:
-        desired = desired_of(session, row, now)
+        desired = desired_of(session, row, central)
     except FlagError:
         desired = None
     return {

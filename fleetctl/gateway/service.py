@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 
-from engine.contract.direct import DirectUploadReply
 from engine.contract.faults import PIN_ENGINE_HEADER
 from fleetctl.client import AsyncControllerClient
 from fleetctl.errors import FleetError
@@ -144,7 +143,7 @@ class GatewayService:
         except FleetError as exc:
             log.warning("could not upload %d direct action(s): %s", len(upload.actions), exc)
             return
-        if self.direct.apply_reply(DirectUploadReply.model_validate(raw.model_dump())):  # type: ignore[union-attr]
+        if self.direct.apply_reply(raw):  # type: ignore[union-attr]  (the client parsed it: DirectUploadReply)
             self.cache.reapply()
 
     async def close(self) -> None:

@@ -224,13 +224,13 @@ def agent_up(url: str) -> bool:
 
 
 def gateway_command(controller_url: str, port: int, table_refresh_s: float | None = None,
-                    state_dir: Path | None = None) -> list[str]:
+                    state_dir: Path | None = None, name: str = GATEWAY_NAME) -> list[str]:
     """argv of the local gateway (its controller token travels in the environment, never on the command line).
     With `state_dir` it takes direct (break-glass) overrides on the credential written there."""
     refresh = [] if table_refresh_s is None else ["--table-refresh-s", str(table_refresh_s)]
     direct = [] if state_dir is None else ["--state-dir", str(state_dir)]
     return fleetctl_argv("gateway", "serve", "--controller", controller_url, "--host", HOST, "--port", str(port),
-                         "--name", GATEWAY_NAME, "--log-level", "warning", *refresh, *direct)
+                         "--name", name, "--log-level", "warning", *refresh, *direct)
 
 
 def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +94,30 @@ def kill(info: ProcessInfo) -> None:
 def restart_controller(record: FleetRecord) -> ProcessInfo:
     """Start the controller again on the same port and SQLite file, as an operator would; fleet.json follows."""
     return fleet.restart_controller(record, heartbeat_interval_s=1.0)
+
+
+class Traffic:
+    """Completions (`complete`) to each of `urls` (engines, or a gateway) in a loop on a thread, counting
+    successes and failures."""
+
+    def __init__(self, urls: list[str]):
+        self.urls, self.ok, self.failed = urls, 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Traffic":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for url in self.urls:
+                try:
+                    complete(url, max_tokens=4)
+                    self.ok += 1
+                except Exception as exc:  # noqa: BLE001 - every failure is what the test counts
+                    self.failed.append(f"{url}: {exc!r}")

@@ -4,42 +4,15 @@ converges with nothing lost: same engines, same processes, no restarts."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
 import pytest
 from fleet_helpers import (
-    agents, complete, controller, converged, engines_by_name, kill, process, restart_controller, wait_until,
+    Traffic, agents, controller, converged, engines_by_name, kill, process, restart_controller, wait_until,
 )
 
 pytestmark = pytest.mark.slow
-
-
-class Traffic:
-    """Requests to every engine in a loop on a thread, counting successes and failures."""
-
-    def __init__(self, urls: list[str]):
-        self.urls, self.ok, self.failed = urls, 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "Traffic":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for url in self.urls:
-                try:
-                    complete(url, max_tokens=4)
-                    self.ok += 1
-                except Exception as exc:  # noqa: BLE001 - every failure is what the test counts
-                    self.failed.append(f"{url}: {exc!r}")
 
 
 def test_engines_serve_through_a_controller_outage_and_the_fleet_reconverges(tiny_fleet):

@@ -11,13 +11,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from fleet_helpers import controller, converged, engines_by_name, kill, process, restart_controller, wait_until
+from fleet_helpers import (
+    Traffic, controller, converged, engines_by_name, kill, process, restart_controller, wait_until,
+)
 
 from fleetctl.localfleet import FleetRecord
 
@@ -38,36 +39,6 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-class GatewayTraffic:
-    """Completions through the gateway on a thread, every outcome counted."""
-
-    def __init__(self, url: str, model: str):
-        self.url, self.model, self.ok, self.failed = url, model, 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "GatewayTraffic":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=60) as http:
-            while not self._stop.is_set():
-                body = {"model": self.model, "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
-                try:
-                    response = http.post(f"{self.url}/v1/completions", json=body)
-                    if response.status_code == 200:
-                        self.ok += 1
-                    else:
-                        self.failed.append(f"{response.status_code}: {response.text[:200]}")
-                except httpx.HTTPError as exc:
-                    self.failed.append(repr(exc))
-
-
 def credential(record: FleetRecord, node: str) -> str:
     return (Path(record.state_dir) / "agents" / node / "admin-token").read_text().strip()
 
@@ -80,7 +51,7 @@ def test_direct_mode_works_with_the_control_plane_down_and_is_reconciled_after(t
     class_ref, model, gateway = deployment.class_ref, tiny_fleet.served_model, tiny_fleet.gateway_url or ""
     store = Path(tiny_fleet.state_dir) / "fleet.db"
 
-    with GatewayTraffic(gateway, model) as traffic:
+    with Traffic([gateway]) as traffic:  # the fleet serves `tiny`, the model `complete` asks for
         kill(process(tiny_fleet, "controller"))
         for suffix in ("", "-wal", "-shm"):  # the database is stopped too: nothing may read it
             if Path(f"{store}{suffix}").exists():
