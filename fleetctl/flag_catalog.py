@@ -65,6 +65,8 @@ CATALOG: dict[str, FlagSpec] = {spec.name: spec for spec in (
              "off: no canary probe is sent (the verdicts hold what they had)"),
     FlagSpec("rollout_automation", bool, True, "fleet", "controller",
              "off: rollouts stop advancing and show paused_by: flag; serving continues"),
+    FlagSpec("planner", bool, True, "fleet", "controller",
+             "off: the P:D planner still recommends, but starts no rebalance in auto mode"),
     FlagSpec("reconciler", bool, True, "fleet", "controller",
              "off: placement stops changing the fleet (no engine started, stopped or drained); serving continues"),
     FlagSpec("freeze", bool, False, "fleet", "controller",

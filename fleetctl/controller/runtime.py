@@ -34,6 +34,8 @@ from fleetctl.controller.leader import LeaderElection, election_for
 from fleetctl.controller.metrics import ControllerMetrics
 from fleetctl.controller.reconcile import Reconciler, ReconcileRunner
 from fleetctl.controller.reconciler import PLACEMENT, PlacementReconciler, ReconcileResult
+from fleetctl.controller.pd_planner_reconciler import PdPlannerReconciler, PlannerMemory
+from fleetctl.controller.rebalance_reconciler import RebalanceReconciler
 from fleetctl.controller.rollout_reconciler import RolloutReconciler
 from fleetctl.controller.settings import ControllerSettings
 from fleetctl.controller.tokens import ensure_bootstrap_token
@@ -47,15 +49,20 @@ def utc_now() -> datetime:
 
 
 def default_reconcilers(settings: ControllerSettings, store: Store, metrics: ControllerMetrics | None = None,
-                        started_at: datetime | None = None) -> list[Reconciler[Any, Any, Any]]:
+                        started_at: datetime | None = None,
+                        pd_memory: PlannerMemory | None = None) -> list[Reconciler[Any, Any, Any]]:
     """Expired flag overrides reverted first (the flags gate the others). Placement next, then rollouts:
-    deployments a rollout scales are placed at placement's next run. The canary's verdicts before rollouts, so a verdict a run folds gates the rollout in the same pass. Then
-    drills (those whose time is up are ended), and the canary probe reconciler, which sends its probes from
-    its own thread (canary_probes.py)."""
+    deployments a rollout scales are placed at placement's next run. The canary's verdicts before rollouts,
+    so a verdict a run folds gates the rollout in the same pass. Then the P:D planner (its `pd_memory` is
+    what `pd status` shows) and the rebalance it or an operator started (it holds while a rollout of its
+    model runs), drills (those whose time is up are ended), and the canary probe reconciler,
+    which sends its probes from its own thread (canary_probes.py)."""
     return [FlagReconciler(settings.reconcile_interval_s),
             PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
             CanaryVerdictReconciler(settings),
             RolloutReconciler(settings.reconcile_interval_s, heard_since=started_at),
+            PdPlannerReconciler(settings.reconcile_interval_s, pd_memory),
+            RebalanceReconciler(settings.reconcile_interval_s, heard_since=started_at),
             DrillReconciler(settings.reconcile_interval_s),
             CanaryProbeReconciler(settings, store, metrics)]
 
@@ -86,9 +93,11 @@ class ControllerRuntime:
         self.heartbeats = HeartbeatBuffer(
             self.store, self.wake, clock=clock, on_dropped=self.metrics.count_dropped_heartbeat) if settings.heartbeat_flush_s > 0 else None
         self._wake = threading.Event()  # set: a wake is pending (the runner takes it at its next pass)
+        self.pd_memory = PlannerMemory()  # the P:D planner's load readings and latest recommendations
         self.runner = ReconcileRunner(
             self.store, self.election,
-            default_reconcilers(settings, self.store, self.metrics, self.started_at) if reconcilers is None else reconcilers,
+            default_reconcilers(settings, self.store, self.metrics, self.started_at, self.pd_memory)
+            if reconcilers is None else reconcilers,
             self.metrics, clock=clock, timer=timer, refresh=self.flush_heartbeats, wake=self._wake,
         )
         self._stop = threading.Event()

@@ -22,6 +22,7 @@ from fleetctl.controller.api.routes_drills import router as drills_router
 from fleetctl.controller.api.routes_gateways import router as gateways_router
 from fleetctl.controller.api.routes_metrics import router as metrics_router
 from fleetctl.controller.api.routes_nodes import router as nodes_router
+from fleetctl.controller.api.routes_pd import router as pd_router
 from fleetctl.controller.api.routes_policy import router as policy_router
 from fleetctl.controller.api.routes_rollouts import router as rollouts_router
 from fleetctl.controller.api.routes_status import router as status_router
@@ -31,7 +32,7 @@ from fleetctl.controller.settings import ControllerSettings
 
 ROUTERS = (status_router, agents_router, nodes_router, classes_router, deployments_router, policy_router, breakglass_router, direct_router,
            gateways_router, admin_router, metrics_router, rollouts_router, canary_router, drills_router, canary_refs_router,
-           watch_router)
+           watch_router, pd_router)
 
 
 def create_app(settings: ControllerSettings | None = None, runtime: ControllerRuntime | None = None) -> FastAPI:

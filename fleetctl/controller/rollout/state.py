@@ -232,6 +232,20 @@ def _counters(data: Mapping[str, Any]) -> ServedCounters:
                           _histogram(data["itl"]))
 
 
+def encode_json(value: Any) -> Any:
+    """Plain data (dataclasses already `asdict`-ed) as JSON the store keeps: datetimes tagged, tuples as lists."""
+    return _encode(value)
+
+
+def decode_json(value: Any) -> Any:
+    return _decode(value)
+
+
+def served_from_json(data: Mapping[str, Any] | None) -> ServedByGateway | None:
+    """Per-gateway counters as `to_json` stored them (other machines keep counter windows too)."""
+    return _served(data)
+
+
 def _served(data: Mapping[str, Any] | None) -> ServedByGateway | None:
     if data is None:
         return None

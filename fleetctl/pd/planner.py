@@ -1,0 +1,206 @@
+"""The P:D planner: `plan(snapshot, settings, now) -> Recommendation`, pure.
+
+How it decides, for one model's prefill and decode engines (mixed engines are left as they are):
+
+1. Prefill need, in engines: the predicted arrival rate times the prompt tokens that must be computed (a
+   prefix-cache hit is prefill work not done), over what one engine computes per second within the TTFT
+   SLO (its profile), times (1 + headroom). A prefill queue that would take longer than half the TTFT SLO
+   to clear at the current count adds one engine (the reactive term: queue time is what a rate-based
+   estimate misses in a burst).
+2. Decode need, in engines: concurrent decoding sequences by Little's law (rate x output tokens x the ITL
+   SLO, the time each holds a slot) over one engine's decode slots at the ITL SLO, times (1 + headroom).
+   Handoffs waiting for a decode slot add one engine.
+3. A rebalance keeps the engine count, so the P/D engines are split in proportion to the two needs
+   (DistServe's rule: P:D ~ prefill work / decode work), each role at least its floor.
+4. Hysteresis: the prefill count moves only when the ideal is more than `0.5 + band` engines away from it,
+   so noise around a boundary between two splits holds the ratio steady.
+5. A change is recommended but held (`blocked_by`) while the fleet is frozen, a rollout of the model is
+   running, a rebalance is already under way, the `planner` flag is off, or the last change was less
+   than `cooldown_s` ago.
+
+Every step's figures are in `reasons`, as a line an operator can check by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+Action = Literal["hold", "rebalance"]
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What one engine of a class revision does within the SLOs (`fleetctl pd profile`, or defaults)."""
+
+    prefill_tokens_per_s: float  # uncached prompt tokens computed per second
+    decode_slots: float  # sequences decoded at once within the ITL SLO
+    source: str = "default"
+
+
+@dataclass(frozen=True)
+class Load:
+    """A model's load as observed, with the arrival rate already predicted (predict.py)."""
+
+    arrival_rps: float  # predicted for the planning horizon
+    mean_input_tokens: float
+    mean_output_tokens: float
+    measured_rps: float | None = None  # the rate seen last, for display
+    prefix_hit_rate: float = 0.0  # 0..1 of prompt tokens found in the prefix cache
+    prefill_queue: int = 0  # requests waiting for prefill, over the model's prefill engines
+    decode_queue: int = 0  # requests waiting for a decode slot, over its decode engines
+
+
+@dataclass(frozen=True)
+class Ratio:
+    prefill: int
+    decode: int
+    mixed: int = 0
+
+    def text(self) -> str:
+        mixed = f" + {self.mixed} mixed" if self.mixed else ""
+        return f"{self.prefill}P:{self.decode}D{mixed}"
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What may hold a change back, read from the store (or the simulator's state)."""
+
+    frozen: bool = False
+    rollout: str | None = None  # the running rollout of the model, in words
+    rebalancing: str | None = None  # the rebalance under way, in words
+    planner_enabled: bool = True  # the `planner` flag
+    last_change_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    ttft_slo_s: float = 2.0
+    itl_slo_s: float = 0.1
+    headroom: float = 0.2  # plan for need x (1 + headroom)
+    band: float = 0.3  # hysteresis, in engines, beyond half an engine
+    floor_prefill: int = 1
+    floor_decode: int = 1
+    cooldown_s: float = 300.0  # at most one change of a model per this many seconds
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    model: str
+    current: Ratio
+    load: Load
+    profile: EngineProfile
+    gates: Gates = field(default_factory=Gates)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    model: str
+    current: Ratio
+    recommended: Ratio
+    action: Action  # rebalance: recommended differs and nothing holds it back
+    prefill_need: float  # engines' worth of prefill work, with headroom
+    decode_need: float
+    ideal_prefill: float  # the proportional split before hysteresis and rounding
+    blocked_by: str | None  # why a differing recommendation is held
+    reasons: tuple[str, ...]
+
+    @property
+    def changes(self) -> bool:
+        return self.recommended != self.current
+
+
+def plan(snapshot: Snapshot, settings: PlannerSettings, now: datetime) -> Recommendation:
+    current, load, profile = snapshot.current, snapshot.load, snapshot.profile
+    prefill_need, prefill_why = _prefill_need(current, load, profile, settings)
+    decode_need, decode_why = _decode_need(current, load, profile, settings)
+    reasons = [prefill_why, decode_why]
+    engines = current.prefill + current.decode
+    if engines < settings.floor_prefill + settings.floor_decode:
+        reasons.append(f"{engines} P/D engines cannot hold the floors ({settings.floor_prefill} prefill, "
+                       f"{settings.floor_decode} decode): nothing to plan")
+        return Recommendation(snapshot.model, current, current, "hold", prefill_need, decode_need,
+                              float(current.prefill), None, tuple(reasons))
+    ideal = _ideal_prefill(engines, prefill_need, decode_need, current, settings)
+    prefill, split_why = _with_hysteresis(current.prefill, ideal, engines, settings)
+    reasons.append(split_why)
+    recommended = Ratio(prefill, engines - prefill, current.mixed)
+    blocked = _blocked_by(snapshot.gates, settings, now) if recommended != current else None
+    if recommended != current:
+        reasons.append(f"-> {recommended.text()}" + (f", held: {blocked}" if blocked else ""))
+    action: Action = "rebalance" if recommended != current and blocked is None else "hold"
+    return Recommendation(snapshot.model, current, recommended, action, prefill_need, decode_need, ideal, blocked,
+                          tuple(reasons))
+
+
+def _prefill_need(current: Ratio, load: Load, profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
+    computed = load.mean_input_tokens * (1.0 - min(max(load.prefix_hit_rate, 0.0), 1.0))
+    work = load.arrival_rps * computed
+    engines = work / profile.prefill_tokens_per_s if profile.prefill_tokens_per_s > 0 else 0.0
+    need = engines * (1 + settings.headroom)
+    capacity = profile.prefill_tokens_per_s * current.prefill
+    verdict = "<" if capacity < work * (1 + settings.headroom) else ">="
+    why = (f"prefill: {load.arrival_rps:.2f} req/s x {computed:.0f} uncached prompt tokens "
+           f"({load.prefix_hit_rate:.0%} prefix hits) = {work:.0f} tok/s; {profile.prefill_tokens_per_s:.0f} tok/s/engine "
+           f"x {current.prefill} = {capacity:.0f} {verdict} {work * (1 + settings.headroom):.0f} with "
+           f"{settings.headroom:.0%} headroom -> {need:.2f} engines")
+    if current.prefill > 0 and load.prefill_queue > 0 and profile.prefill_tokens_per_s > 0:
+        clear_s = load.prefill_queue * computed / (current.prefill * profile.prefill_tokens_per_s)
+        if clear_s > settings.ttft_slo_s / 2 and need < current.prefill + 1:
+            need = float(current.prefill + 1)
+            why += (f"; {load.prefill_queue} queued take {clear_s:.1f} s to clear > half the TTFT SLO "
+                    f"({settings.ttft_slo_s:g} s) -> {need:.0f}")
+    return need, why
+
+
+def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
+    concurrent = load.arrival_rps * load.mean_output_tokens * settings.itl_slo_s
+    slots = profile.decode_slots * current.decode
+    engines = concurrent / profile.decode_slots if profile.decode_slots > 0 else 0.0
+    need = engines * (1 + settings.headroom)
+    verdict = "<" if slots < concurrent * (1 + settings.headroom) else ">="
+    why = (f"decode: {load.arrival_rps:.2f} req/s x {load.mean_output_tokens:.0f} output tokens x "
+           f"{settings.itl_slo_s:g} s ITL SLO = {concurrent:.1f} concurrent; decode slots at ITL SLO "
+           f"{profile.decode_slots:.0f}/engine x {current.decode} = {slots:.0f} {verdict} "
+           f"{concurrent * (1 + settings.headroom):.1f} with headroom -> {need:.2f} engines")
+    if current.decode > 0 and load.decode_queue > 0 and need < current.decode + 1:
+        need = float(current.decode + 1)
+        why += f"; {load.decode_queue} handoffs wait for a decode slot -> {need:.0f}"
+    return need, why
+
+
+def _ideal_prefill(engines: int, prefill_need: float, decode_need: float, current: Ratio,
+                   settings: PlannerSettings) -> float:
+    total = prefill_need + decode_need
+    ideal = engines * prefill_need / total if total > 0 else float(current.prefill)
+    return min(max(ideal, float(settings.floor_prefill)), float(engines - settings.floor_decode))
+
+
+def _with_hysteresis(prefill: int, ideal: float, engines: int, settings: PlannerSettings) -> tuple[int, str]:
+    reach = 0.5 + settings.band
+    low, high = settings.floor_prefill, engines - settings.floor_decode
+    held = min(max(prefill, low), high)  # a current count outside the floors moves inside them regardless
+    if abs(ideal - held) <= reach:
+        return held, (f"split {engines} P/D engines by need -> {ideal:.2f} prefill; within {reach:g} of {held} "
+                      f"(hysteresis): {held} prefill")
+    target = min(max(int(math.floor(ideal + 0.5)), low), high)
+    return target, (f"split {engines} P/D engines by need -> {ideal:.2f} prefill; more than {reach:g} from "
+                    f"{prefill} -> {target} prefill")
+
+
+def _blocked_by(gates: Gates, settings: PlannerSettings, now: datetime) -> str | None:
+    if gates.frozen:
+        return "the fleet is frozen"
+    if gates.rollout:
+        return f"{gates.rollout} is running"
+    if gates.rebalancing:
+        return f"{gates.rebalancing} is under way"
+    if not gates.planner_enabled:
+        return "the planner flag is off"
+    if gates.last_change_at is not None:
+        since = (now - gates.last_change_at).total_seconds()
+        if since < settings.cooldown_s:
+            return f"the last change was {since:.0f} s ago (cooldown {settings.cooldown_s:g} s)"
+    return None
