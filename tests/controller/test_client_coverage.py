@@ -42,7 +42,7 @@ NODE = "n1"
 # Each round-trip test below calls every route of its OpenAPI tags.
 FAMILIES = {"fleet": {"fleet", "nodes"}, "classes": {"classes", "deployments"}, "policy": {"policy", "break-glass"},
             "admin": {"admin"}, "agents": {"agents", "gateways"}, "rollouts": {"rollouts"}, "canary": {"canary"}, "drills": {"drills"},
-            "canary_refs": {"canary-refs"}, "watch": {"watch"}}
+            "canary_refs": {"canary-refs"}, "watch": {"watch"}, "pd": {"pd"}}
 REGISTRATION = {"node": NODE, "url": "http://n1:9000", "labels": {"zone": "a"},
                 "capacity": {"engines": 2, "kv_mib": 64}, "agent_version": "test"}
 
@@ -308,6 +308,28 @@ def test_rollouts_round_trip(checked: Checked) -> None:
     assert checked("operator", "rollout_command", started.id, "promote", full=True).phase == "progressing"
     assert [e.event for e in checked("viewer", "rollout_history", started.id)] == ["started", "paused", "promoted"]
     checked.assert_covered("rollouts")
+
+
+def test_pd_round_trip(checked: Checked) -> None:
+    run_one_ready_engine(checked)  # one mixed engine
+    (model,) = checked("viewer", "pd_status")
+    assert (model.model, model.ratio.mixed, model.mode) == ("smollm2-135m", 1, "off")
+    assert checked("viewer", "pd_status", model="smollm2-135m")[0].engines[0].role == "mixed"
+    settings = checked("operator", "pd_settings", "smollm2-135m", mode="advisory", ttft_slo_s=1.5, reason="test")
+    assert (settings.mode, settings.settings["ttft_slo_s"]) == ("advisory", 1.5)
+    profile = checked("operator", "set_pd_profile", "chat@r1", 800.0, 8.0, detail={"points": []}, reason="test")
+    assert (profile.prefill_tokens_per_s, profile.decode_slots) == (800.0, 8.0)
+    assert [p.class_ref for p in checked("viewer", "list_pd_profiles")] == ["chat@r1"]
+    checked("operator", "set_deployment", "chat", "chat@r1", 2, placement={"zone": "a"})
+    checked.server.runtime.step()  # the second engine is placed
+    preview = checked("operator", "pd_rebalance", "smollm2-135m", 1, 1, mixed=0)
+    assert preview.rebalance is None and len(preview.preview.flips) == 2
+    started = checked("operator", "pd_rebalance", "smollm2-135m", 1, 1, mixed=0, apply=True, reason="test")
+    assert started.rebalance is not None and started.rebalance.phase == "baseline"
+    assert [r.id for r in checked("viewer", "list_rebalances", model="smollm2-135m")] == [started.rebalance.id]
+    assert checked("viewer", "get_rebalance", started.rebalance.id).events[0].event == "created"
+    assert checked("operator", "stop_rebalance", started.rebalance.id, reason="test").stop_requested.startswith("test-operator")
+    checked.assert_covered("pd")
 
 
 def test_canary_round_trip(checked: Checked) -> None:

@@ -57,6 +57,12 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("POST", "/api/v1/breakglass/direct-actions", {"kind": "agent", "source": "n1", "actions": [
         {"seq": 1, "at": 0, "action": "drain", "target": "chat-0", "reason": "{bad}"}]}, "agent", "actions.0.reason"),
     ("POST", "/api/v1/breakglass/reconcile", {"adopt": [1], "reason": "{bad}"}, "admin", "reason"),
+    ("POST", "/api/v1/pd/models/smollm2-135m/rebalance", {"prefill": 1, "decode": 1, "reason": "{bad}"}, "operator",
+     "reason"),
+    ("POST", "/api/v1/pd/rebalances/1/stop", {"reason": "{bad}"}, "operator", "reason"),
+    ("PUT", "/api/v1/pd/models/smollm2-135m/settings", {"mode": "auto", "reason": "{bad}"}, "operator", "reason"),
+    ("PUT", "/api/v1/pd/profiles/chat@r1", {"prefill_tokens_per_s": 1, "decode_slots": 1, "detail": {"k": "{bad}"}},
+     "operator", "detail.k"),
 ]
 
 
@@ -81,7 +87,11 @@ def _template(path: str) -> str:
              "/api/v1/drills/1/stop": "/api/v1/drills/{drill_id}/stop",
              "/api/v1/breakglass/pin/smollm2-135m": "/api/v1/breakglass/pin/{model}",
              "/api/v1/breakglass/shed/smollm2-135m": "/api/v1/breakglass/shed/{model}",
-             "/api/v1/breakglass/kill-switch/prefix_routing": "/api/v1/breakglass/kill-switch/{flag}"}
+             "/api/v1/breakglass/kill-switch/prefix_routing": "/api/v1/breakglass/kill-switch/{flag}",
+             "/api/v1/pd/models/smollm2-135m/rebalance": "/api/v1/pd/models/{model}/rebalance",
+             "/api/v1/pd/rebalances/1/stop": "/api/v1/pd/rebalances/{rebalance_id}/stop",
+             "/api/v1/pd/models/smollm2-135m/settings": "/api/v1/pd/models/{model}/settings",
+             "/api/v1/pd/profiles/chat@r1": "/api/v1/pd/profiles/{class_ref}"}
     if path in parts:
         return parts[path]
     return path.replace("/nodes/n1/", "/nodes/{name}/").replace("/engines/chat-0/", "/engines/{name}/")
