@@ -16,4 +16,5 @@ class ExitCode(IntEnum):
     DIFFERS = 7  # `class diff`: a correctness-relevant field differs (outputs may change); also live drift found
     ROLLOUT_ABORTED = 8  # `rollout watch` / `rollout status --wait`: the rollout ended aborted (traffic back on A)
     ROLLOUT_PAUSED = 9  # `rollout watch --exit-on-pause`: the rollout paused and waits for an operator
+    REBALANCE_STOPPED = 10  # `pd rebalance --apply`: it stopped before the target (an SLO worsened, or `pd stop`)
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT) stopped a command that waits (`traffic shift`, `rollout watch`); it says where it left things

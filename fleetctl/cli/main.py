@@ -32,6 +32,7 @@ from fleetctl.cli import (
     flag_cmd,
     gateway_cmd,
     node_cmd,
+    pd_cmd,
     rollout_cmd,
     runbook_cmd,
     status_cmd,
@@ -62,6 +63,7 @@ COMMAND_MODULES: list[ModuleType] = [
     rollout_cmd,  # rollout start|list|status|watch|pause|resume|promote|abort|retry|undo|history
     canary_cmd,  # canary record|status|show|events
     drill_cmd,  # drill misroute|plant|stop|list
+    pd_cmd,  # pd status|plan|rebalance|stop|show|list|mode|profile
     runbook_cmd,  # runbook list|show|validate|run
     tui_cmd,  # tui: the live fleet view (imports ui inside the command)
 ]

@@ -29,6 +29,7 @@ READ = {
     "canary references", "canary golden check", "gateway list", "flag list", "flag get",
     "breakglass status", "breakglass divergence",
     "runbook list", "runbook show", "runbook validate",
+    "pd status", "pd plan", "pd show", "pd list",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
@@ -40,6 +41,7 @@ DESTRUCTIVE = {
     "engine stop", "engine restart",  # direct mode: the agent stops or restarts a serving engine
     "breakglass reconcile",  # a revert restarts engines and drops pins
     "runbook run",  # its steps drain, pin and shed (it confirms each step unless --yes)
+    "pd rebalance",  # it drains engines and restarts them in another role
 }
 OTHER = {
     "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",
@@ -51,6 +53,8 @@ OTHER = {
     "flag set", "flag unset",  # kill switches: a reason is required and audited, and a TTL bounds them
     "breakglass freeze", "breakglass unfreeze", "breakglass unpin",  # they hold or lift; serving goes on
     "tui",  # the live view in the foreground (its actions confirm in the TUI)
+    "pd stop",  # the flip in progress finishes; nothing more moves
+    "pd mode",  # the planner's settings (in auto mode it rebalances as `pd rebalance` would, within its limits)
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 
