@@ -22,6 +22,7 @@ import typer
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status
+from fleetctl.cli.pd_profile import pd_profile
 from fleetctl.errors import FleetError, ValidationFailed
 
 NAME = "pd"
@@ -232,3 +233,6 @@ def pd_mode(
                                    ttft_slo_s=ttft_slo_s, itl_slo_s=itl_slo_s, headroom=headroom, reason=reason)
     status(f"{model}: planner {view.mode}")
     emit(view, output, STATUS_COLUMNS)
+
+
+app.command("profile")(pd_profile)  # fleetctl/cli/pd_profile.py: the sweep that measures one engine

@@ -54,6 +54,7 @@ OTHER = {
     "breakglass freeze", "breakglass unfreeze", "breakglass unpin",  # they hold or lift; serving goes on
     "tui",  # the live view in the foreground (its actions confirm in the TUI)
     "pd stop",  # the flip in progress finishes; nothing more moves
+    "pd profile",  # measures one engine with a short burst of requests and stores the figures
     "pd mode",  # the planner's settings (in auto mode it rebalances as `pd rebalance` would, within its limits)
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
