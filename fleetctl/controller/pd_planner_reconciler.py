@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from fleetctl.controller import audit, flags, pd_settings, rebalances
 from fleetctl.controller.models import Assignment, Deployment, Engine, RebalanceRow, Rollout
-from fleetctl.controller.pd_load import LoadTracker, reading_of
+from fleetctl.pd.load import LoadTracker, reading_of
 from fleetctl.controller.reconcile.protocol import Result
 from fleetctl.errors import FleetError
 from fleetctl.pd.planner import EngineProfile, Gates, Load, PlannerSettings, Ratio, Recommendation, Snapshot, plan

@@ -10,10 +10,14 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
 2. Decode need, in engines: concurrent decoding sequences by Little's law (rate x output tokens x the ITL
    SLO, the time each holds a slot) over one engine's decode slots at the ITL SLO, times (1 + headroom).
    Handoffs waiting for a decode slot add one engine.
-3. A rebalance keeps the engine count, so the P/D engines are split in proportion to the two needs
-   (DistServe's rule: P:D ~ prefill work / decode work), each role at least its floor.
-4. Hysteresis: the prefill count moves only when the ideal is more than `0.5 + band` engines away from it,
-   so noise around a boundary between two splits holds the ratio steady.
+3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
+   engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
+   need)] keeps both within capacity: the count stays if it is in that range, else it moves to the nearer
+   end, so the fewest engines flip and the range itself is the hysteresis (noise that keeps both roles
+   within capacity changes nothing).
+4. When they cannot (overload), the engines are split in proportion to the two needs (DistServe's rule:
+   P:D ~ prefill work / decode work), and the count moves only when the proportional split is more than
+   `band` (< 0.5) engines beyond the half-engine around it, so noise around a boundary holds it steady.
 5. A change is recommended but held (`blocked_by`) while the fleet is frozen, a rollout of the model is
    running, a rebalance is already under way, the `planner` flag is off, or the last change was less
    than `cooldown_s` ago.
@@ -124,7 +128,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings, now: datetime) -> Recomm
         return Recommendation(snapshot.model, current, current, "hold", prefill_need, decode_need,
                               float(current.prefill), None, tuple(reasons))
     ideal = _ideal_prefill(engines, prefill_need, decode_need, current, settings)
-    prefill, split_why = _with_hysteresis(current.prefill, ideal, engines, settings)
+    prefill, split_why = _target_prefill(current.prefill, prefill_need, decode_need, ideal, engines, settings)
     reasons.append(split_why)
     recommended = Ratio(prefill, engines - prefill, current.mixed)
     blocked = _blocked_by(snapshot.gates, settings, now) if recommended != current else None
@@ -178,16 +182,27 @@ def _ideal_prefill(engines: int, prefill_need: float, decode_need: float, curren
     return min(max(ideal, float(settings.floor_prefill)), float(engines - settings.floor_decode))
 
 
-def _with_hysteresis(prefill: int, ideal: float, engines: int, settings: PlannerSettings) -> tuple[int, str]:
-    reach = 0.5 + settings.band
-    low, high = settings.floor_prefill, engines - settings.floor_decode
-    held = min(max(prefill, low), high)  # a current count outside the floors moves inside them regardless
-    if abs(ideal - held) <= reach:
-        return held, (f"split {engines} P/D engines by need -> {ideal:.2f} prefill; within {reach:g} of {held} "
-                      f"(hysteresis): {held} prefill")
-    target = min(max(int(math.floor(ideal + 0.5)), low), high)
-    return target, (f"split {engines} P/D engines by need -> {ideal:.2f} prefill; more than {reach:g} from "
-                    f"{prefill} -> {target} prefill")
+def _target_prefill(prefill: int, prefill_need: float, decode_need: float, ideal: float, engines: int,
+                    settings: PlannerSettings) -> tuple[int, str]:
+    low = max(math.ceil(prefill_need - 1e-9), settings.floor_prefill)
+    high = min(engines - math.ceil(decode_need - 1e-9), engines - settings.floor_decode)
+    if low <= high:
+        target = min(max(prefill, low), high)
+        verdict = "both fit: hold" if target == prefill else f"{prefill} -> {target} prefill"
+        return target, (f"{engines} P/D engines cover both needs with {low}..{high} prefill "
+                        f"(ceil {prefill_need:.2f} .. {engines} - ceil {decode_need:.2f}): {verdict}")
+    band = min(settings.band, 0.45)  # below half an engine: an overload split never undercuts a fitting one
+    floor_p, ceil_p = settings.floor_prefill, engines - settings.floor_decode
+    lowest = min(max(_round(ideal - band), floor_p), ceil_p)
+    highest = min(max(_round(ideal + band), floor_p), ceil_p)
+    target = min(max(prefill, lowest), highest)
+    kept = "within the band: hold" if target == prefill else f"{prefill} -> {target} prefill"
+    return target, (f"{engines} P/D engines cannot cover the needs {prefill_need:.2f} + {decode_need:.2f}: split by "
+                    f"need -> {ideal:.2f} prefill (band {lowest}..{highest}): {kept}")
+
+
+def _round(value: float) -> int:
+    return int(math.floor(value + 0.5))
 
 
 def _blocked_by(gates: Gates, settings: PlannerSettings, now: datetime) -> str | None:

@@ -47,6 +47,9 @@ class PrefillEngine:
     queue: deque[SimRequest] = field(default_factory=deque)  # waiting, FIFO
     current: SimRequest | None = None
     done_at: float = 0.0  # when `current` finishes
+    # counters, as an engine reports them (engine.contract.EngineMetrics): prompts done and their tokens
+    prefilled: int = 0
+    prompt_tokens_done: int = 0
 
     def queued_tokens(self, now: float) -> int:
         """Prompt tokens still to prefill: the queue's, and what is left of the one in service."""
@@ -68,7 +71,12 @@ class PrefillEngine:
     def finish(self) -> SimRequest:
         request, self.current = self.current, None
         assert request is not None, "finish() without a prompt in service"
+        self.prefilled += 1
+        self.prompt_tokens_done += request.prompt
         return request
+
+    def idle(self) -> bool:
+        return self.current is None and not self.queue
 
 
 @dataclass(eq=False)
@@ -82,6 +90,9 @@ class DecodeEngine:
     bound: dict[int, SimRequest] = field(default_factory=dict)  # admitted here, still in prefill (by request id)
     stepping: bool = False
     preemptions: int = 0
+    # counters, as an engine reports them: sequences that got their first token, tokens generated
+    started: int = 0
+    generated_tokens: int = 0
 
     def kv_used(self) -> int:
         return sum(r.prompt + r.generated for r in self.running)  # kv_tokens, inlined: a hot path
@@ -108,10 +119,12 @@ class DecodeEngine:
         """Every running sequence gets one token; the ones now done leave the batch and are returned."""
         self.stepping = False
         finished, still = [], []
+        self.generated_tokens += len(self.running)
         for request in self.running:
             request.generated += 1
             if request.first_token_s is None:
                 request.first_token_s = now
+                self.started += 1
             if request.done:
                 request.finished_s = now
                 finished.append(request)
@@ -119,6 +132,9 @@ class DecodeEngine:
                 still.append(request)
         self.running = still
         return finished
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting and not self.bound and not self.stepping
 
     def _fill_batch(self) -> int:
         """Move waiting sequences into free slots while their KV fits (the first always fits an empty

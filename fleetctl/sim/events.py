@@ -18,6 +18,7 @@ class EventKind(str, Enum):
     PREFILL_DONE = "prefill_done"  # payload: the prefill engine
     STEP_DONE = "step_done"  # payload: the decode engine
     SAMPLE = "sample"  # payload: None
+    ENGINE_JOIN = "engine_join"  # payload: the role of an engine back from a role flip
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@
 gateway and engines do after admission: queue the prompt on the chosen prefill engine, hand the prefilled
 request to the chosen decode engine, step that engine's batch. A request whose prompt plus max_tokens
 exceeds `max_model_len` is refused by the engine (as vLLM answers 400) and fails with that reason.
+
+Role flips (a P:D rebalance, fleetctl/sim/pd_control.py): `start_flip` takes an engine out of the
+admission snapshot, so nothing new is placed on it; once it is idle (its queue, batch and the requests
+bound to it are done) it leaves, and `restart_s` later an engine of the other role joins (ENGINE_JOIN), as a
+drained engine restarted in its new role does live.
 """
 
 from __future__ import annotations
@@ -47,13 +52,57 @@ class Fleet:
                        for i in range(shape.n_decode)]
         self._prefill_by_name = {e.name: e for e in self.prefill}
         self._decode_by_name = {e.name: e for e in self.decode}
+        self.draining: dict[str, tuple[str, float]] = {}  # engine -> (the role it restarts in, restart seconds)
+        self.joining: list[str] = []  # roles of engines restarting after a flip
+        self._next_index = {"prefill": shape.n_prefill, "decode": shape.n_decode}
 
     @property
     def now(self) -> float:
         return self.events.now
 
     def snapshot(self) -> ModelLoadSnapshot:
-        return fleet_snapshot(self.prefill, self.decode, self.now)
+        if not self.draining:
+            return fleet_snapshot(self.prefill, self.decode, self.now)
+        return fleet_snapshot([e for e in self.prefill if e.name not in self.draining],
+                              [e for e in self.decode if e.name not in self.draining], self.now)
+
+    def start_flip(self, name: str, to_role: str, restart_s: float) -> None:
+        """Drain engine `name`; once idle it leaves and, `restart_s` later, an engine of `to_role` joins."""
+        if name not in self._prefill_by_name and name not in self._decode_by_name:
+            raise KeyError(f"no engine {name!r}")
+        self.draining[name] = (to_role, restart_s)
+        engine = self._prefill_by_name.get(name) or self._decode_by_name[name]
+        self._leave_if_drained(engine)
+
+    def join(self, role: str) -> str:
+        """An engine of `role` back from a flip (the ENGINE_JOIN event); its name."""
+        self.joining.remove(role)
+        index = self._next_index[role]
+        self._next_index[role] += 1
+        c = self.shape.constants
+        if role == "prefill":
+            engine = PrefillEngine(f"p{index}", c.prefill_tokens_per_s)
+            self.prefill.append(engine)
+            self._prefill_by_name[engine.name] = engine
+        else:
+            decode = DecodeEngine(f"d{index}", self.shape.max_num_seqs, self.shape.kv_capacity_tokens, c)
+            self.decode.append(decode)
+            self._decode_by_name[decode.name] = decode
+            return decode.name
+        return engine.name
+
+    def _leave_if_drained(self, engine: PrefillEngine | DecodeEngine) -> None:
+        if engine.name not in self.draining or not engine.idle():
+            return
+        to_role, restart_s = self.draining.pop(engine.name)
+        if isinstance(engine, PrefillEngine):
+            self.prefill.remove(engine)
+            del self._prefill_by_name[engine.name]
+        else:
+            self.decode.remove(engine)
+            del self._decode_by_name[engine.name]
+        self.joining.append(to_role)
+        self.events.push(self.now + restart_s, EventKind.ENGINE_JOIN, to_role)
 
     def sample(self) -> QueueSample:
         return QueueSample(self.now, sum(e.length() for e in self.prefill), sum(len(e.waiting) for e in self.decode),
@@ -77,10 +126,12 @@ class Fleet:
         decode.waiting.append(request)
         self._start_prefill(engine)
         self._start_step(decode)
+        self._leave_if_drained(engine)
 
     def step_done(self, engine: DecodeEngine) -> None:
         engine.finish_step(self.now)
         self._start_step(engine)
+        self._leave_if_drained(engine)
 
     def preemptions(self) -> int:
         return sum(e.preemptions for e in self.decode)

@@ -9,7 +9,7 @@ admitted request has finished.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fleetctl.gateway.admission import AdmissionRequest
 from fleetctl.sim.events import EventKind
@@ -20,20 +20,23 @@ from fleetctl.sim.results import Outcome, QueueSample, RequestResult, SimResult
 
 
 def simulate(workload: Sequence[RequestSpec], shape: FleetShape, policy: Policy, duration_s: float,
-             sample_every_s: float = 1.0, horizon_s: float | None = None) -> SimResult:
+             sample_every_s: float = 1.0, horizon_s: float | None = None,
+             control: Callable[[Fleet], None] | None = None) -> SimResult:
     """Run `workload` (arrival times within the run) and sample the queues every `sample_every_s` from 0
-    to `duration_s`. `horizon_s`: stop there, failing what is unfinished; None: run until all is done."""
+    to `duration_s`. `horizon_s`: stop there, failing what is unfinished; None: run until all is done.
+    `control`: called at every sample with the fleet (a P:D controller flips engines from there)."""
     fleet = Fleet(shape)
     requests = [SimRequest(spec) for spec in workload]
     for request in requests:
         fleet.events.push(request.spec.arrival_s, EventKind.ARRIVAL, request)
     for k in range(int(duration_s / sample_every_s) + 1):
         fleet.events.push(k * sample_every_s, EventKind.SAMPLE)
-    samples = _run(fleet, policy, horizon_s)
+    samples = _run(fleet, policy, horizon_s, control)
     return SimResult(tuple(_result(r, horizon_s) for r in requests), tuple(samples), fleet.preemptions())
 
 
-def _run(fleet: Fleet, policy: Policy, horizon_s: float | None) -> list[QueueSample]:
+def _run(fleet: Fleet, policy: Policy, horizon_s: float | None,
+         control: Callable[[Fleet], None] | None = None) -> list[QueueSample]:
     samples: list[QueueSample] = []
     events = fleet.events
     while events and (horizon_s is None or events.peek_time() <= horizon_s):
@@ -46,8 +49,12 @@ def _run(fleet: Fleet, policy: Policy, horizon_s: float | None) -> list[QueueSam
             fleet.prefill_done(event.payload)
         elif event.kind is EventKind.STEP_DONE:
             fleet.step_done(event.payload)
+        elif event.kind is EventKind.ENGINE_JOIN:
+            fleet.join(event.payload)
         else:
             samples.append(fleet.sample())
+            if control is not None:
+                control(fleet)
     return samples
 
 
