@@ -182,3 +182,22 @@ def _finish(app: Any, action: Action, ok: bool, detail: str) -> bool:
         app.notify(detail, title=f"{action.title}: failed", severity="error", timeout=10, markup=False)
     app.post_message(ActionDone(action.title, ok, detail))
     return ok
+
+
+# --- P:D ---
+
+def rebalance(model: str, prefill: int, decode: int) -> Action:
+    """Flip one engine at a time to prefill:decode (the CLI's `pd rebalance --apply`)."""
+    return Action(f"Rebalance {model} to {prefill}P:{decode}D (engines drain and restart, one at a time)",
+                  _command("pd", "rebalance", model, "--prefill", str(prefill), "--decode", str(decode), "--apply",
+                           "--no-wait", "--yes"),
+                  lambda client, reason: client.pd_rebalance(model, prefill, decode, apply=True, reason=reason),
+                  done=lambda result: f"{model}: rebalance " + (
+                      f"#{result.rebalance.id} started" if getattr(result, "rebalance", None) else "not needed"))
+
+
+def stop_rebalance(model: str, rebalance_id: int) -> Action:
+    return Action(f"Stop rebalance #{rebalance_id} of {model} after the flip in progress",
+                  _command("pd", "stop", str(rebalance_id)),
+                  lambda client, reason: client.stop_rebalance(rebalance_id, reason), destructive=False,
+                  done=lambda _: f"rebalance #{rebalance_id}: stops after the flip in progress")

@@ -294,7 +294,7 @@ class FleetApp(App[None]):
     def show_help(self) -> None:
         hidden = set()
         shared = {key for key, _ in screen_keys(BaseScreen)}
-        sections = [("Everywhere", [*screen_keys(BaseScreen), ("1-5", "the screens, in order below"),
+        sections = [("Everywhere", [*screen_keys(BaseScreen), (f"1-{len(registry.entries())}", "the screens, in order below"),
                                     (":q", "quit too (and ctrl+c)")])]
         for entry in registry.entries():
             factory: Any = entry.factory

@@ -25,6 +25,7 @@ def entries() -> tuple[ScreenEntry, ...]:
     """Every switchable screen, in number order (imported late: the screens import the app's widgets)."""
     from ui.screens.events import EventsScreen
     from ui.screens.fleet import FleetScreen
+    from ui.screens.pd import PdScreen
     from ui.screens.quality import QualityScreen
     from ui.screens.rollouts import RolloutsScreen
     from ui.screens.traffic import TrafficScreen
@@ -35,6 +36,7 @@ def entries() -> tuple[ScreenEntry, ...]:
         ScreenEntry("quality", "3", "Quality", ("canary", "canaries", "qu", "ca"), QualityScreen),
         ScreenEntry("traffic", "4", "Traffic", ("gateways", "gateway", "tr", "gw"), TrafficScreen),
         ScreenEntry("events", "5", "Events", ("event", "audit", "ev"), EventsScreen),
+        ScreenEntry("pd", "6", "P:D", ("prefill", "decode", "rebalance", "planner"), PdScreen),
     )
 
 

@@ -12,9 +12,10 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    Handoffs waiting for a decode slot add one engine.
 3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
    engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
-   need)] keeps both within capacity: the count stays if it is in that range, else it moves to the nearer
-   end, so the fewest engines flip and the range itself is the hysteresis (noise that keeps both roles
-   within capacity changes nothing).
+   need)] keeps both within capacity: the count stays if it is in that range, else it moves `band` of the
+   way into it from the nearer end (not onto the edge, where the next bit of noise would move it again).
+   So few engines flip, and the range itself is the hysteresis: noise that keeps both roles within
+   capacity changes nothing.
 4. When they cannot (overload), the engines are split in proportion to the two needs (DistServe's rule:
    P:D ~ prefill work / decode work), and the count moves only when the proportional split is more than
    `band` (< 0.5) engines beyond the half-engine around it, so noise around a boundary holds it steady.
@@ -187,7 +188,8 @@ def _target_prefill(prefill: int, prefill_need: float, decode_need: float, ideal
     low = max(math.ceil(prefill_need - 1e-9), settings.floor_prefill)
     high = min(engines - math.ceil(decode_need - 1e-9), engines - settings.floor_decode)
     if low <= high:
-        target = min(max(prefill, low), high)
+        margin = _round(settings.band * (high - low))
+        target = prefill if low <= prefill <= high else (low + margin if prefill < low else high - margin)
         verdict = "both fit: hold" if target == prefill else f"{prefill} -> {target} prefill"
         return target, (f"{engines} P/D engines cover both needs with {low}..{high} prefill "
                         f"(ceil {prefill_need:.2f} .. {engines} - ceil {decode_need:.2f}): {verdict}")

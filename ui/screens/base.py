@@ -15,7 +15,7 @@ Class attributes a screen sets:
 - `HELP_EXTRA`: more (key, what) lines for the help only (keys too many for the footer).
 
 Keys everywhere: `:` command (a screen's name or alias, `:fleet role:decode` switches and filters, `:q`
-quits), `1`-`5` the screens, `/` filter, `?` help, `esc` back, `q` (or ctrl+c) quit.
+quits), `1`-`6` the screens, `/` filter, `?` help, `esc` back, `q` (or ctrl+c) quit.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class BaseScreen(Screen):
         keys = screen_keys(type(self), hidden)
         if not self.FILTERABLE:
             keys = [(key, what) for key, what in keys if key != "/"]
-        return [*keys, ("1-5", "screens")]
+        return [*keys, (f"1-{len(registry.entries())}", "screens")]
 
     # --- keys everywhere ---
 
