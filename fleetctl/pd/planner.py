@@ -119,6 +119,10 @@ class Recommendation:
 
 def plan(snapshot: Snapshot, settings: PlannerSettings, now: datetime) -> Recommendation:
     current, load, profile = snapshot.current, snapshot.load, snapshot.profile
+    if current.prefill + current.decode == 0:
+        why = (f"served mixed-only ({current.mixed} mixed engines): the planner plans prefill and decode engines; "
+               "`fleetctl pd rebalance MODEL --prefill N --decode M --mixed K` makes the model P/D")
+        return Recommendation(snapshot.model, current, current, "hold", 0.0, 0.0, 0.0, None, (why,))
     prefill_need, prefill_why = _prefill_need(current, load, profile, settings)
     decode_need, decode_why = _decode_need(current, load, profile, settings)
     reasons = [prefill_why, decode_why]
