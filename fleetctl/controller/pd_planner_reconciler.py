@@ -44,6 +44,7 @@ class PlannerMemory:
     latest: dict[str, Recommendation] = field(default_factory=dict)
     measured: dict[str, bool] = field(default_factory=dict)  # model -> the load is measured (not yet: idle)
     advised: dict[str, Ratio] = field(default_factory=dict)  # model -> the last ratio advised (advisory mode)
+    previous: dict[str, tuple[Ratio, datetime]] = field(default_factory=dict)  # model -> last recommended, since
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class PdPlannerReconciler:
         self.memory = memory if memory is not None else PlannerMemory()
 
     def snapshot(self, session: Session, now: datetime) -> tuple[ModelItem, ...]:
-        return read_models(session, now, self.memory.tracker)
+        return read_models(session, now, self.memory.tracker, self.memory.previous)
 
     def decide(self, snapshot: tuple[ModelItem, ...], now: datetime) -> PlannerDecision:
         return PlannerDecision(snapshot, tuple(plan(item.snapshot, item.settings, now) for item in snapshot))
@@ -78,6 +79,7 @@ class PdPlannerReconciler:
     def apply(self, session: Session, decision: PlannerDecision, now: datetime) -> Result[list[str]]:
         acted: list[str] = []
         self.memory.latest = {r.model: r for r in decision.recommendations}
+        self.memory.previous = {r.model: (r.recommended, r.since) for r in decision.recommendations if r.since}
         self.memory.measured = {item.model: item.measured for item in decision.items}
         self.memory.tracker.forget(self.memory.latest)
         for item, recommendation in zip(decision.items, decision.recommendations):
@@ -117,7 +119,8 @@ class PdPlannerReconciler:
         return True
 
 
-def read_models(session: Session, now: datetime, tracker: LoadTracker) -> tuple[ModelItem, ...]:
+def read_models(session: Session, now: datetime, tracker: LoadTracker,
+                previous: dict[str, tuple[Ratio, datetime]] | None = None) -> tuple[ModelItem, ...]:
     deployments = list(session.execute(select(Deployment).order_by(Deployment.model, Deployment.name)).scalars())
     by_model: dict[str, list[Deployment]] = {}
     for d in deployments:
@@ -143,6 +146,7 @@ def read_models(session: Session, now: datetime, tracker: LoadTracker) -> tuple[
             rebalancing=f"rebalance {active.id} of {active.model}" if active is not None else None,
             planner_enabled=enabled,
             last_change_at=_last_rebalance_at(session, model),
+            previous=(previous or {}).get(model),
         )
         profile: EngineProfile = pd_settings.profile_for(session, ref)
         snapshot = Snapshot(model, current, loaded[0] if loaded else IDLE, profile, gates)

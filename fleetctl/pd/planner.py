@@ -12,16 +12,18 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    Handoffs waiting for a decode slot add one engine.
 3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
    engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
-   need)] keeps both within capacity: the count stays if it is in that range, else it moves `band` of the
-   way into it from the nearer end (not onto the edge, where the next bit of noise would move it again).
-   So few engines flip, and the range itself is the hysteresis: noise that keeps both roles within
-   capacity changes nothing.
+   need)] keeps both within capacity: the count stays if it is in that range, else it moves to the middle
+   of it, where both roles have the most room left for the next shift of the mix (not onto an edge, where
+   the next bit of noise would move it again). The range itself is the hysteresis: noise that keeps both
+   roles within capacity changes nothing.
 4. When they cannot (overload), the engines are split in proportion to the two needs (DistServe's rule:
    P:D ~ prefill work / decode work), and the count moves only when the proportional split is more than
    `band` (< 0.5) engines beyond the half-engine around it, so noise around a boundary holds it steady.
 5. A change is recommended but held (`blocked_by`) while the fleet is frozen, a rollout of the model is
-   running, a rebalance is already under way, the `planner` flag is off, or the last change was less
-   than `cooldown_s` ago.
+   running, a rebalance is already under way, the `planner` flag is off, the last change was less than
+   `cooldown_s` ago, or a change in this direction has been recommended for less than `dwell_s` (a burst
+   that is over by the next plans moves nothing). The caller keeps the last recommendation and since when
+   (`Gates.previous`, `Recommendation.since`).
 
 Every step's figures are in `reasons`, as a line an operator can check by hand.
 """
@@ -78,6 +80,7 @@ class Gates:
     rebalancing: str | None = None  # the rebalance under way, in words
     planner_enabled: bool = True  # the `planner` flag
     last_change_at: datetime | None = None
+    previous: tuple[Ratio, datetime] | None = None  # the last recommended ratio, and since when
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class PlannerSettings:
     floor_prefill: int = 1
     floor_decode: int = 1
     cooldown_s: float = 300.0  # at most one change of a model per this many seconds
+    dwell_s: float = 30.0  # a recommended change must stand this long before it is acted on
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class Recommendation:
     ideal_prefill: float  # the proportional split before hysteresis and rounding
     blocked_by: str | None  # why a differing recommendation is held
     reasons: tuple[str, ...]
+    since: datetime | None = None  # since when this ratio has been recommended (for Gates.previous)
 
     @property
     def changes(self) -> bool:
@@ -122,7 +127,7 @@ def plan(snapshot: Snapshot, settings: PlannerSettings, now: datetime) -> Recomm
     if current.prefill + current.decode == 0:
         why = (f"served mixed-only ({current.mixed} mixed engines): the planner plans prefill and decode engines; "
                "`fleetctl pd rebalance MODEL --prefill N --decode M --mixed K` makes the model P/D")
-        return Recommendation(snapshot.model, current, current, "hold", 0.0, 0.0, 0.0, None, (why,))
+        return Recommendation(snapshot.model, current, current, "hold", 0.0, 0.0, 0.0, None, (why,), now)
     prefill_need, prefill_why = _prefill_need(current, load, profile, settings)
     decode_need, decode_why = _decode_need(current, load, profile, settings)
     reasons = [prefill_why, decode_why]
@@ -131,17 +136,18 @@ def plan(snapshot: Snapshot, settings: PlannerSettings, now: datetime) -> Recomm
         reasons.append(f"{engines} P/D engines cannot hold the floors ({settings.floor_prefill} prefill, "
                        f"{settings.floor_decode} decode): nothing to plan")
         return Recommendation(snapshot.model, current, current, "hold", prefill_need, decode_need,
-                              float(current.prefill), None, tuple(reasons))
+                              float(current.prefill), None, tuple(reasons), now)
     ideal = _ideal_prefill(engines, prefill_need, decode_need, current, settings)
     prefill, split_why = _target_prefill(current.prefill, prefill_need, decode_need, ideal, engines, settings)
     reasons.append(split_why)
     recommended = Ratio(prefill, engines - prefill, current.mixed)
-    blocked = _blocked_by(snapshot.gates, settings, now) if recommended != current else None
+    since = _standing_since(snapshot.gates.previous, current, recommended, now)
+    blocked = _blocked_by(snapshot.gates, settings, now, since) if recommended != current else None
     if recommended != current:
         reasons.append(f"-> {recommended.text()}" + (f", held: {blocked}" if blocked else ""))
     action: Action = "rebalance" if recommended != current and blocked is None else "hold"
     return Recommendation(snapshot.model, current, recommended, action, prefill_need, decode_need, ideal, blocked,
-                          tuple(reasons))
+                          tuple(reasons), since)
 
 
 def _prefill_need(current: Ratio, load: Load, profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
@@ -192,8 +198,7 @@ def _target_prefill(prefill: int, prefill_need: float, decode_need: float, ideal
     low = max(math.ceil(prefill_need - 1e-9), settings.floor_prefill)
     high = min(engines - math.ceil(decode_need - 1e-9), engines - settings.floor_decode)
     if low <= high:
-        margin = _round(settings.band * (high - low))
-        target = prefill if low <= prefill <= high else (low + margin if prefill < low else high - margin)
+        target = prefill if low <= prefill <= high else _round((low + high) / 2)
         verdict = "both fit: hold" if target == prefill else f"{prefill} -> {target} prefill"
         return target, (f"{engines} P/D engines cover both needs with {low}..{high} prefill "
                         f"(ceil {prefill_need:.2f} .. {engines} - ceil {decode_need:.2f}): {verdict}")
@@ -211,7 +216,22 @@ def _round(value: float) -> int:
     return int(math.floor(value + 0.5))
 
 
-def _blocked_by(gates: Gates, settings: PlannerSettings, now: datetime) -> str | None:
+def _standing_since(previous: tuple[Ratio, datetime] | None, current: Ratio, recommended: Ratio,
+                    now: datetime) -> datetime:
+    """Since when a change in this direction (more prefill, or more decode) has been recommended: the
+    previous recommendation's time when it went the same way, else now. The exact count may wander while
+    the need grows; the direction is what must stand."""
+    if previous is None:
+        return now
+    direction = _sign(recommended.prefill - current.prefill)
+    return previous[1] if direction != 0 and _sign(previous[0].prefill - current.prefill) == direction else now
+
+
+def _sign(value: int) -> int:
+    return (value > 0) - (value < 0)
+
+
+def _blocked_by(gates: Gates, settings: PlannerSettings, now: datetime, since: datetime) -> str | None:
     if gates.frozen:
         return "the fleet is frozen"
     if gates.rollout:
@@ -221,7 +241,10 @@ def _blocked_by(gates: Gates, settings: PlannerSettings, now: datetime) -> str |
     if not gates.planner_enabled:
         return "the planner flag is off"
     if gates.last_change_at is not None:
-        since = (now - gates.last_change_at).total_seconds()
-        if since < settings.cooldown_s:
-            return f"the last change was {since:.0f} s ago (cooldown {settings.cooldown_s:g} s)"
+        ago = (now - gates.last_change_at).total_seconds()
+        if ago < settings.cooldown_s:
+            return f"the last change was {ago:.0f} s ago (cooldown {settings.cooldown_s:g} s)"
+    standing = (now - since).total_seconds()
+    if standing < settings.dwell_s:
+        return f"recommended for {standing:.0f} s of the {settings.dwell_s:g} s it must stand"
     return None

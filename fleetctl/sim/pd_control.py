@@ -58,9 +58,11 @@ def readings(fleet: Fleet) -> ModelReading:
 
 
 def ratio(fleet: Fleet) -> Ratio:
-    """Engines per role as the deployments would ask for them: serving, minus draining, plus restarting."""
-    prefill = sum(1 for e in fleet.prefill if e.name not in fleet.draining) + fleet.joining.count("prefill")
-    decode = sum(1 for e in fleet.decode if e.name not in fleet.draining) + fleet.joining.count("decode")
+    """Engines per role once the flips in flight are done: a draining or restarting engine counts in its
+    new role."""
+    moving = [to_role for to_role, _ in fleet.draining.values()] + fleet.joining
+    prefill = sum(1 for e in fleet.prefill if e.name not in fleet.draining) + moving.count("prefill")
+    decode = sum(1 for e in fleet.decode if e.name not in fleet.draining) + moving.count("decode")
     return Ratio(prefill, decode)
 
 
@@ -87,6 +89,7 @@ class PlannerControl:
     recommendations: list[tuple[float, Recommendation]] = field(default_factory=list)
     target: Ratio | None = None
     last_change_at: datetime | None = None
+    previous: tuple[Ratio, datetime] | None = None  # the last recommendation and since when (the dwell)
     _last_plan_s: float = -math.inf
 
     def __call__(self, fleet: Fleet) -> None:
@@ -102,8 +105,9 @@ class PlannerControl:
         now = EPOCH + timedelta(seconds=fleet.now)
         rebalancing = "a rebalance" if self.target is not None else None
         snapshot = Snapshot(MODEL, ratio(fleet), loaded[0], self.profile,
-                            Gates(rebalancing=rebalancing, last_change_at=self.last_change_at))
+                            Gates(rebalancing=rebalancing, last_change_at=self.last_change_at, previous=self.previous))
         rec = plan(snapshot, self.settings, now)
+        self.previous = (rec.recommended, rec.since) if rec.since is not None else None
         self.recommendations.append((fleet.now, rec))
         if rec.action == "rebalance":
             self.target = rec.recommended

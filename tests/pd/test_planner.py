@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, settings
@@ -103,10 +104,10 @@ def test_it_never_acts_on_a_frozen_fleet_during_a_rollout_or_a_rebalance(current
         assert rec.blocked_by is not None
 
 
-def test_a_short_role_takes_the_fewest_engines_that_make_both_fit() -> None:
-    rec = plan(Snapshot("m", Ratio(1, 7), load_for(2.5, 4.0), PROFILE), SETTINGS, NOW)
-    assert rec.recommended == Ratio(3, 5)  # 3..4 prefill fit both: the nearer end
-    assert rec.reasons[2] == "8 P/D engines cover both needs with 3..4 prefill (ceil 2.50 .. 8 - ceil 4.00): 1 -> 3 prefill"
+def test_a_short_role_moves_to_the_middle_of_the_range_where_both_fit() -> None:
+    rec = plan(Snapshot("m", Ratio(1, 9), load_for(2.5, 4.0), PROFILE), SETTINGS, NOW)
+    assert rec.recommended == Ratio(5, 5)  # 3..6 prefill fit both: the middle, 4.5, rounds half up
+    assert rec.reasons[2] == "10 P/D engines cover both needs with 3..6 prefill (ceil 2.50 .. 10 - ceil 4.00): 1 -> 5 prefill"
 
 
 def test_reasoning_on_fixed_inputs() -> None:
@@ -114,7 +115,8 @@ def test_reasoning_on_fixed_inputs() -> None:
     current = Ratio(prefill=3, decode=3)
     # 6 req/s x 200 output tokens x 0.05 s = 60 concurrent; x1.2 = 72 -> 4.5 decode engines
     # 6 req/s x 250 uncached tokens = 1500 tok/s; x1.2 = 1800 -> 1.8 prefill engines
-    rec = plan(Snapshot("m", current, load(6.0, 500.0, 200.0, hit=0.5), PROFILE), SETTINGS, NOW)
+    stood = Gates(previous=(Ratio(2, 4), NOW - timedelta(seconds=SETTINGS.dwell_s)))
+    rec = plan(Snapshot("m", current, load(6.0, 500.0, 200.0, hit=0.5), PROFILE, stood), SETTINGS, NOW)
     assert rec.recommended == Ratio(prefill=2, decode=4)
     assert rec.action == "rebalance" and rec.blocked_by is None
     prefill, decode, split, change = rec.reasons
@@ -134,6 +136,20 @@ def test_a_prefill_queue_that_outlasts_half_the_ttft_slo_adds_a_prefill_engine()
     assert quiet.prefill_need < 1.0 and queued.prefill_need == 2.0
     assert "5 queued take 2.5 s to clear > half the TTFT SLO (2 s)" in queued.reasons[0]
     assert queued.recommended.prefill >= quiet.recommended.prefill
+
+
+def test_a_change_must_stand_for_the_dwell_before_it_is_acted_on() -> None:
+    snapshot = Snapshot("m", Ratio(3, 3), load(6.0, 500.0, 200.0, hit=0.5), PROFILE)
+    first = plan(snapshot, SETTINGS, NOW)
+    assert (first.action, first.since) == ("hold", NOW)
+    assert first.blocked_by == "recommended for 0 s of the 30 s it must stand"
+    later = NOW + timedelta(seconds=31)
+    second = plan(replace(snapshot, gates=Gates(previous=(first.recommended, first.since))), SETTINGS, later)
+    assert (second.action, second.since) == ("rebalance", NOW)
+    wandered = plan(replace(snapshot, gates=Gates(previous=(Ratio(1, 5), NOW))), SETTINGS, later)
+    assert (wandered.action, wandered.since) == ("rebalance", NOW)  # the same direction: the clock runs on
+    reversed_ = plan(replace(snapshot, gates=Gates(previous=(Ratio(4, 2), NOW))), SETTINGS, later)
+    assert (reversed_.action, reversed_.since) == ("hold", later)  # the other way before: it starts again
 
 
 def test_a_held_change_says_why() -> None:
