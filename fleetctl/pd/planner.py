@@ -8,7 +8,8 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    to clear at the current count adds one engine (the reactive term: queue time is what a rate-based
    estimate misses in a burst).
 2. Decode need, in engines: concurrent decoding sequences by Little's law (rate x output tokens x the ITL
-   SLO, the time each holds a slot) over one engine's decode slots at the ITL SLO, times (1 + headroom).
+   SLO, the time each holds a slot), or the sequences the decode engines were measured to hold when that is
+   more (a backlog), over one engine's decode slots at the ITL SLO, times (1 + headroom).
    Handoffs waiting for a decode slot add one engine.
 3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
    engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
@@ -58,6 +59,7 @@ class Load:
     prefix_hit_rate: float = 0.0  # 0..1 of prompt tokens found in the prefix cache
     prefill_queue: int = 0  # requests waiting for prefill, over the model's prefill engines
     decode_queue: int = 0  # requests waiting for a decode slot, over its decode engines
+    decode_occupancy: float = 0.0  # sequences its decode engines held (running + waiting), as measured
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class PlannerSettings:
     floor_prefill: int = 1
     floor_decode: int = 1
     cooldown_s: float = 300.0  # at most one change of a model per this many seconds
-    dwell_s: float = 30.0  # a recommended change must stand this long before it is acted on
+    dwell_s: float = 20.0  # a recommended change must stand this long before it is acted on
 
 
 @dataclass(frozen=True)
@@ -171,13 +173,15 @@ def _prefill_need(current: Ratio, load: Load, profile: EngineProfile, settings: 
 
 
 def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
-    concurrent = load.arrival_rps * load.mean_output_tokens * settings.itl_slo_s
+    predicted = load.arrival_rps * load.mean_output_tokens * settings.itl_slo_s
+    concurrent = max(predicted, load.decode_occupancy)
     slots = profile.decode_slots * current.decode
     engines = concurrent / profile.decode_slots if profile.decode_slots > 0 else 0.0
     need = engines * (1 + settings.headroom)
     verdict = "<" if slots < concurrent * (1 + settings.headroom) else ">="
+    observed = f" (observed {load.decode_occupancy:.1f} held)" if load.decode_occupancy > predicted else ""
     why = (f"decode: {load.arrival_rps:.2f} req/s x {load.mean_output_tokens:.0f} output tokens x "
-           f"{settings.itl_slo_s:g} s ITL SLO = {concurrent:.1f} concurrent; decode slots at ITL SLO "
+           f"{settings.itl_slo_s:g} s ITL SLO = {predicted:.1f} concurrent{observed}; decode slots at ITL SLO "
            f"{profile.decode_slots:.0f}/engine x {current.decode} = {slots:.0f} {verdict} "
            f"{concurrent * (1 + settings.headroom):.1f} with headroom -> {need:.2f} engines")
     if current.decode > 0 and load.decode_queue > 0 and need < current.decode + 1:

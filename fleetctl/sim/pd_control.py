@@ -52,7 +52,8 @@ def readings(fleet: Fleet) -> ModelReading:
                for e in fleet.prefill]
     engines += [EngineReading(e.name, "decode", {"prompt_tokens": 0.0, "generation_tokens": float(e.generated_tokens),
                                                  "prefix_cache_hits": 0.0, "prefix_cache_queries": 0.0,
-                                                 "ttft_seconds_count": float(e.started)}, len(e.waiting))
+                                                 "ttft_seconds_count": float(e.started)}, len(e.waiting),
+                                  len(e.running))
                 for e in fleet.decode]
     return ModelReading(EPOCH + timedelta(seconds=fleet.now), tuple(engines))
 

@@ -36,10 +36,10 @@ def simulated_readings() -> tuple[Any, Any, Fleet]:
     return taken[0], taken[1], fleets[0]
 
 
-def engine_report(assignment: dict[str, Any], counters: dict[str, float], waiting: int) -> dict[str, Any]:
+def engine_report(assignment: dict[str, Any], counters: dict[str, float], waiting: int, running: int) -> dict[str, Any]:
     return {"name": assignment["name"], "model": assignment["model"], "class_ref": assignment["class_ref"],
             "role": assignment["role"], "state": "ready", "pid": 42, "port": 8100, "url": "http://127.0.0.1:8100",
-            "metrics": {**counters, "num_requests_waiting": waiting}}
+            "metrics": {**counters, "num_requests_waiting": waiting, "num_requests_running": running}}
 
 
 def test_the_same_counters_give_the_same_recommendation_live_and_simulated(api: Api) -> None:
@@ -57,7 +57,7 @@ def test_the_same_counters_give_the_same_recommendation_live_and_simulated(api: 
     def report(reading: Any, generation: int) -> None:
         sim = {"prefill": [e for e in reading.engines if e.role == "prefill"],
                "decode": [e for e in reading.engines if e.role == "decode"]}
-        engines = [engine_report(a, dict(e.counters), e.waiting)
+        engines = [engine_report(a, dict(e.counters), e.waiting, e.running)
                    for role in ("prefill", "decode") for a, e in zip(by_role[role], sim[role])]
         beat(api, "n1", generation, engines)
         api.runtime.flush_heartbeats()  # buffered heartbeats reach the store

@@ -142,8 +142,8 @@ def test_a_change_must_stand_for_the_dwell_before_it_is_acted_on() -> None:
     snapshot = Snapshot("m", Ratio(3, 3), load(6.0, 500.0, 200.0, hit=0.5), PROFILE)
     first = plan(snapshot, SETTINGS, NOW)
     assert (first.action, first.since) == ("hold", NOW)
-    assert first.blocked_by == "recommended for 0 s of the 30 s it must stand"
-    later = NOW + timedelta(seconds=31)
+    assert first.blocked_by == f"recommended for 0 s of the {SETTINGS.dwell_s:g} s it must stand"
+    later = NOW + timedelta(seconds=SETTINGS.dwell_s + 1)
     second = plan(replace(snapshot, gates=Gates(previous=(first.recommended, first.since))), SETTINGS, later)
     assert (second.action, second.since) == ("rebalance", NOW)
     wandered = plan(replace(snapshot, gates=Gates(previous=(Ratio(1, 5), NOW))), SETTINGS, later)
