@@ -180,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips, {p['steady_flips_per_5min']:.2f}"
                   f"/5min steady) | threshold {t['goodput']:.3f} ({t['flips']} flips, "
                   f"{t['steady_flips_per_5min']:.2f}/5min) [{result['wall_s']:.0f}s]", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"utilisation": args.utilisation, "results": results}, indent=2))
+            # written after every result, so a run stopped early keeps what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"utilisation": args.utilisation, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
