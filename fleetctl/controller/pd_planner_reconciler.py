@@ -132,11 +132,11 @@ def read_models(session: Session, now: datetime, tracker: LoadTracker,
     active = rebalances.active(session)
     items = []
     for model, rows in by_model.items():
-        refs = {d.class_ref for d in rows if d.replicas > 0} or {d.class_ref for d in rows}
+        refs = rebalances.serving_refs(rows)
         if len(refs) != 1:
             continue  # a rollout or a split: the planner waits until one revision serves the model
-        ref = refs.pop()
-        current = rebalances.ratio_of(_by_role(d for d in rows if d.class_ref == ref))
+        ref = refs[0]
+        current = rebalances.deployed_ratio(d for d in rows if d.class_ref == ref)
         tracker.observe(model, reading_of(_engine_metrics(session, model, ref), now))
         loaded = tracker.load(model)
         model_settings = pd_settings.settings_for(session, model)
@@ -152,13 +152,6 @@ def read_models(session: Session, now: datetime, tracker: LoadTracker,
         snapshot = Snapshot(model, current, loaded[0] if loaded else IDLE, profile, gates)
         items.append(ModelItem(model, ref, model_settings.mode, model_settings.planner, snapshot, loaded is not None))
     return tuple(items)
-
-
-def _by_role(rows) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for d in rows:
-        counts[d.role] = counts.get(d.role, 0) + d.replicas
-    return counts
 
 
 def _engine_metrics(session: Session, model: str, ref: str) -> list[tuple[str, str, dict]]:

@@ -30,16 +30,12 @@ def models_view(session: Session, now: datetime, memory: PlannerMemory, model: s
 
 def model_view(session: Session, model: str, memory: PlannerMemory, active) -> dict[str, Any]:
     rows = list(session.execute(select(Deployment).where(Deployment.model == model)).scalars())
-    refs = sorted({d.class_ref for d in rows if d.replicas > 0} or {d.class_ref for d in rows})
+    refs = rebalances.serving_refs(rows)
     ref = refs[0] if len(refs) == 1 else None
-    by_role: dict[str, int] = {}
-    for d in rows:
-        if d.class_ref == ref:
-            by_role[d.role] = by_role.get(d.role, 0) + d.replicas
     settings = pd_settings.settings_for(session, model)
     return {
         "model": model, "class_ref": ref, "class_refs": refs,
-        "ratio": rebalances.ratio_json(rebalances.ratio_of(by_role)),
+        "ratio": rebalances.ratio_json(rebalances.deployed_ratio(d for d in rows if d.class_ref == ref)),
         "mode": settings.mode,
         "settings": asdict(settings.planner),
         "profile": asdict(pd_settings.profile_for(session, ref)),

@@ -34,7 +34,7 @@ from fleetctl.controller.rebalance import machine
 from fleetctl.controller.rebalance.state import (
     TERMINAL, Action, DrainEngine, Observations, RebalanceSpec, RebalanceState, Record, ScaleRole, Transition,
 )
-from fleetctl.controller.rebalances import ACTIVE, CONTROLLER, engines_now, ratio_of, record_event
+from fleetctl.controller.rebalances import ACTIVE, CONTROLLER, deployed_ratio, engines_now, ratio_of, record_event
 from fleetctl.controller.rollout_observations import routing_acknowledged
 from fleetctl.controller.traffic import ready_engines_by_role
 
@@ -108,16 +108,13 @@ def observe(session: Session, spec: RebalanceSpec, now: datetime, heard_since: d
                                                                 Assignment.class_ref == ref)).scalars())
     deployments = list(session.execute(select(Deployment).where(Deployment.model == spec.model,
                                                                 Deployment.class_ref == ref)).scalars())
-    desired: dict[str, int] = {}
-    for d in deployments:
-        desired[d.role] = desired.get(d.role, 0) + d.replicas
     ready = {role: n for (r, role), n in ready_engines_by_role(session, [ref]).items() if r == ref}
     rollout = session.execute(select(Rollout.id).where(Rollout.active_model == spec.model)).scalar()
     return Observations(
         engines=engines_now(session, spec.model, ref),
         running=frozenset(a.name for a in assignments),
         drained=frozenset(a.name for a in assignments if a.drain),
-        desired=ratio_of(desired),
+        desired=deployed_ratio(deployments),
         ready=ratio_of(ready),
         replicas={d.name: d.replicas for d in deployments},
         acknowledged=routing_acknowledged(session, now, heard_since),

@@ -17,7 +17,7 @@ A target equal to the current ratio stores nothing: the preview says there is no
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -65,19 +65,26 @@ def model_revision(session: Session, model: str) -> Revision:
                                         .order_by(Deployment.name)).scalars())
     if not deployments:
         raise NotFound(f"model: {model!r} has no deployment", field="model")
-    refs = sorted({d.class_ref for d in deployments if d.replicas > 0}) or sorted({d.class_ref for d in deployments})
+    refs = serving_refs(deployments)
     if len(refs) > 1:
         raise Conflict(f"model: {model!r} runs {len(refs)} class revisions ({', '.join(refs)}); a rebalance works on "
                        "one: finish the rollout or the split first", code="several_revisions", field="model")
     mine = tuple(d for d in deployments if d.class_ref == refs[0])
-    return Revision(model, refs[0], ratio_of({d.role: 0 for d in mine} | _replicas_by_role(mine)), mine)
+    return Revision(model, refs[0], deployed_ratio(mine), mine)
 
 
-def _replicas_by_role(deployments: Sequence[Deployment]) -> dict[str, int]:
+def serving_refs(deployments: Iterable[Deployment]) -> list[str]:
+    """The class revisions a model's deployments ask engines of (all of them when none asks for any)."""
+    rows = list(deployments)
+    return sorted({d.class_ref for d in rows if d.replicas > 0} or {d.class_ref for d in rows})
+
+
+def deployed_ratio(deployments: Iterable[Deployment]) -> Ratio:
+    """Engines per role the deployments ask for."""
     counts: dict[str, int] = defaultdict(int)
     for d in deployments:
         counts[d.role] += d.replicas
-    return dict(counts)
+    return ratio_of(counts)
 
 
 def ratio_of(by_role: Mapping[str, int]) -> Ratio:
