@@ -30,7 +30,8 @@ REFUSALS = {409: {"description": "refused: the fleet is frozen (`frozen`), a rol
                                  "model runs several class revisions (`several_revisions`)"}}
 
 
-@router.get("/models", name="pd.status", response_model=list[PdModelView], dependencies=read)
+@router.get("/models", name="pd.status", response_model=list[PdModelView], dependencies=read,
+            responses={404: {"description": "the named model has no deployment (`model`)"}})
 def pd_status(model: str | None = Query(default=None, max_length=200),
               runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     """Every model with deployments (or the one named): its ratio, engines, the planner's recommendation
