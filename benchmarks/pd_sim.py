@@ -136,9 +136,9 @@ def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, g
     return best, tried[best], len(tried)
 
 
-def steady_flips(flips, phase_s: float) -> float:
-    """Flips per 5 minutes of steady load: the ones made later than STEADY_AFTER_S into a phase."""
-    steady = [f for f in flips if (f.at_s % phase_s) >= STEADY_AFTER_S]
+def per_5min_steady(times_s: list[float], phase_s: float) -> float:
+    """Events per 5 minutes of steady load: the ones later than STEADY_AFTER_S into a phase."""
+    steady = [t for t in times_s if (t % phase_s) >= STEADY_AFTER_S]
     steady_s = 2 * (phase_s - STEADY_AFTER_S)
     return len(steady) / steady_s * 300.0
 
@@ -159,11 +159,14 @@ def measure(engine: EngineClass, engines: int, phase_s: float, utilisation: floa
         "class": engine.name, "engines": engines, "requests": len(work), "phase_s": phase_s,
         "start_split": f"{start_p}P:{engines - start_p}D",
         "best_fixed": {"prefill": fixed_p, "decode": engines - fixed_p, "goodput": fixed_goodput, "runs": runs},
-        "planner": {"goodput": planner_goodput, "flips": len(planner.flips),
-                    "steady_flips_per_5min": steady_flips(planner.flips, phase_s),
+        # a ratio change is one decision (a rebalance, which may flip several engines); the threshold
+        # autoscaler decides one engine at a time, so for it the two counts are the same
+        "planner": {"goodput": planner_goodput, "flips": len(planner.flips), "ratio_changes": len(planner.changes),
+                    "steady_flips_per_5min": per_5min_steady([f.at_s for f in planner.flips], phase_s),
+                    "steady_changes_per_5min": per_5min_steady(planner.changes, phase_s),
                     "vs_best_fixed": planner_goodput / fixed_goodput if fixed_goodput else None},
         "threshold": {"goodput": threshold_goodput, "flips": len(threshold.flips),
-                      "steady_flips_per_5min": steady_flips(threshold.flips, phase_s)},
+                      "steady_flips_per_5min": per_5min_steady([f.at_s for f in threshold.flips], phase_s)},
         "wall_s": time.monotonic() - started,
     }
 
@@ -177,8 +180,8 @@ def main(argv: list[str] | None = None) -> None:
             results.append(result)
             p, t, f = result["planner"], result["threshold"], result["best_fixed"]
             print(f"{name:>9} x{engines:<5} best fixed {f['prefill']}P:{f['decode']}D {f['goodput']:.3f} | planner "
-                  f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips, {p['steady_flips_per_5min']:.2f}"
-                  f"/5min steady) | threshold {t['goodput']:.3f} ({t['flips']} flips, "
+                  f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips in {p['ratio_changes']} changes, "
+                  f"{p['steady_flips_per_5min']:.2f} flips and {p['steady_changes_per_5min']:.2f} changes/5min steady) | threshold {t['goodput']:.3f} ({t['flips']} flips, "
                   f"{t['steady_flips_per_5min']:.2f}/5min) [{result['wall_s']:.0f}s]", flush=True)
             # written after every result, so a run stopped early keeps what it measured
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The string fields that name an engine and where it listens, each bounded by the column that stores it.
 
-The widths equal the controller's columns (fleetctl/controller/models.py; a test keeps them equal), so a
+The widths equal the controller's columns (fleetctl/controller/models/; a test keeps them equal), so a
 value that validates here can always be stored there.
 """
 

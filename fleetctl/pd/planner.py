@@ -10,12 +10,16 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
 2. Decode need, in engines: concurrent decoding sequences by Little's law (rate x output tokens x the ITL
    SLO, the time each holds a slot), or the sequences the decode engines were measured to hold when that is
    more (a backlog), over one engine's decode slots at the ITL SLO, times (1 + headroom).
-   Handoffs waiting for a decode slot add one engine.
+   Handoffs waiting for a decode slot add one engine when the wait is longer than the ITL SLO (the wait
+   is the queue over the rate slots free up at, which in steady state is the arrival rate): a handoff or
+   two waiting on one engine while others have room is placement, not a shortage, and bumping on it
+   would add a decode engine at every plan.
 3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
    engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
-   need)] keeps both within capacity: the count stays if it is in that range, else it moves to the middle
-   of it, where both roles have the most room left for the next shift of the mix (not onto an edge, where
-   the next bit of noise would move it again). The range itself is the hysteresis: noise that keeps both
+   need)] keeps both within capacity: the count stays if it is in that range, else it moves past the near
+   edge by a quarter of the range: not onto the edge, where the next bit of noise would move it again (and
+   a need that creeps up would ratchet it one engine at a time), and not to the middle, which overshoots
+   and leaves the other role short when the mix shifts back (measured in benchmarks/pd_sim.py). The range itself is the hysteresis: noise that keeps both
    roles within capacity changes nothing.
 4. When they cannot (overload), the engines are split in proportion to the two needs (DistServe's rule:
    P:D ~ prefill work / decode work), and the count moves only when the proportional split is more than
@@ -184,9 +188,12 @@ def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: P
            f"{settings.itl_slo_s:g} s ITL SLO = {predicted:.1f} concurrent{observed}; decode slots at ITL SLO "
            f"{profile.decode_slots:.0f}/engine x {current.decode} = {slots:.0f} {verdict} "
            f"{concurrent * (1 + settings.headroom):.1f} with headroom -> {need:.2f} engines")
-    if current.decode > 0 and load.decode_queue > 0 and need < current.decode + 1:
-        need = float(current.decode + 1)
-        why += f"; {load.decode_queue} handoffs wait for a decode slot -> {need:.0f}"
+    if current.decode > 0 and load.decode_queue > 0:
+        wait_s = load.decode_queue / load.arrival_rps if load.arrival_rps > 0 else math.inf
+        if wait_s > settings.itl_slo_s and need < current.decode + 1:
+            need = float(current.decode + 1)
+            why += (f"; {load.decode_queue} handoffs wait ~{wait_s:.2f} s for a decode slot > the ITL SLO "
+                    f"({settings.itl_slo_s:g} s) -> {need:.0f}")
     return need, why
 
 
@@ -202,7 +209,7 @@ def _target_prefill(prefill: int, prefill_need: float, decode_need: float, ideal
     low = max(math.ceil(prefill_need - 1e-9), settings.floor_prefill)
     high = min(engines - math.ceil(decode_need - 1e-9), engines - settings.floor_decode)
     if low <= high:
-        target = prefill if low <= prefill <= high else _round((low + high) / 2)
+        target = prefill if low <= prefill <= high else _into_range(prefill, low, high)
         verdict = "both fit: hold" if target == prefill else f"{prefill} -> {target} prefill"
         return target, (f"{engines} P/D engines cover both needs with {low}..{high} prefill "
                         f"(ceil {prefill_need:.2f} .. {engines} - ceil {decode_need:.2f}): {verdict}")
@@ -214,6 +221,12 @@ def _target_prefill(prefill: int, prefill_need: float, decode_need: float, ideal
     kept = "within the band: hold" if target == prefill else f"{prefill} -> {target} prefill"
     return target, (f"{engines} P/D engines cannot cover the needs {prefill_need:.2f} + {decode_need:.2f}: split by "
                     f"need -> {ideal:.2f} prefill (band {lowest}..{highest}): {kept}")
+
+
+def _into_range(prefill: int, low: int, high: int) -> int:
+    """From outside [low, high]: past the near edge by a quarter of the range."""
+    margin = _round((high - low) / 4)
+    return low + margin if prefill < low else high - margin
 
 
 def _round(value: float) -> int:

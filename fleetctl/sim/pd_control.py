@@ -87,6 +87,7 @@ class PlannerControl:
     parallel: int = 1  # flips in flight at once (1: as `fleetctl pd rebalance`)
     tracker: LoadTracker = field(default_factory=LoadTracker)
     flips: list[FlipRecord] = field(default_factory=list)
+    changes: list[float] = field(default_factory=list)  # when it decided to change the ratio (one per rebalance)
     recommendations: list[tuple[float, Recommendation]] = field(default_factory=list)
     target: Ratio | None = None
     last_change_at: datetime | None = None
@@ -112,6 +113,7 @@ class PlannerControl:
         self.recommendations.append((fleet.now, rec))
         if rec.action == "rebalance":
             self.target = rec.recommended
+            self.changes.append(fleet.now)
             self._toward_target(fleet)
 
     def _toward_target(self, fleet: Fleet) -> None:

@@ -104,10 +104,10 @@ def test_it_never_acts_on_a_frozen_fleet_during_a_rollout_or_a_rebalance(current
         assert rec.blocked_by is not None
 
 
-def test_a_short_role_moves_to_the_middle_of_the_range_where_both_fit() -> None:
+def test_a_short_role_moves_a_quarter_of_the_way_into_the_range_where_both_fit() -> None:
     rec = plan(Snapshot("m", Ratio(1, 9), load_for(2.5, 4.0), PROFILE), SETTINGS, NOW)
-    assert rec.recommended == Ratio(5, 5)  # 3..6 prefill fit both: the middle, 4.5, rounds half up
-    assert rec.reasons[2] == "10 P/D engines cover both needs with 3..6 prefill (ceil 2.50 .. 10 - ceil 4.00): 1 -> 5 prefill"
+    assert rec.recommended == Ratio(4, 6)  # 3..6 prefill fit both: past the near edge 3 by a quarter of 3, rounded
+    assert rec.reasons[2] == "10 P/D engines cover both needs with 3..6 prefill (ceil 2.50 .. 10 - ceil 4.00): 1 -> 4 prefill"
 
 
 def test_reasoning_on_fixed_inputs() -> None:
@@ -136,6 +136,16 @@ def test_a_prefill_queue_that_outlasts_half_the_ttft_slo_adds_a_prefill_engine()
     assert quiet.prefill_need < 1.0 and queued.prefill_need == 2.0
     assert "5 queued take 2.5 s to clear > half the TTFT SLO (2 s)" in queued.reasons[0]
     assert queued.recommended.prefill >= quiet.recommended.prefill
+
+
+def test_handoffs_waiting_longer_than_the_itl_slo_add_a_decode_engine_and_a_brief_wait_does_not() -> None:
+    current = Ratio(prefill=2, decode=4)  # 64 decode slots for ~2.4 concurrent: room to spare
+    brief = plan(Snapshot("m", current, load(20.0, 100.0, 2.0, decode_queue=1), PROFILE), SETTINGS, NOW)
+    assert brief.decode_need < 1.0  # 1 waiting at 20 req/s: ~0.05 s, within the 0.05 s ITL SLO
+    assert "handoffs wait" not in brief.reasons[1]
+    stuck = plan(Snapshot("m", current, load(20.0, 100.0, 2.0, decode_queue=3), PROFILE), SETTINGS, NOW)
+    assert stuck.decode_need == 5.0
+    assert "3 handoffs wait ~0.15 s for a decode slot > the ITL SLO (0.05 s) -> 5" in stuck.reasons[1]
 
 
 def test_a_change_must_stand_for_the_dwell_before_it_is_acted_on() -> None:

@@ -36,6 +36,18 @@ def test_a_model_row_shows_ratio_queues_and_held_advice() -> None:
     assert text[6] == "→ 2P:2D (held: the fleet is frozen)" and text[7] == "-"
 
 
+def test_a_rebalance_under_way_shows_its_flips_done_of_needed_first() -> None:
+    flip = {"engine": "chat-prefill-0", "from_role": "prefill", "to_role": "decode", "phase": "done",
+            "started_at": "t", "done_at": "t", "ttft_p90_s": None, "itl_p90_s": None}
+    rebalance = {"id": 7, "model": "smollm2-135m", "class_ref": "chat@r1", "phase": "flipping",
+                 "target": {"prefill": 2, "decode": 2, "mixed": 0}, "paused_by": None, "message": "", "reason": None,
+                 "created_at": "t", "created_by": "alice", "updated_at": "t", "stop_requested": None, "slo": {},
+                 "baseline": {}, "flips": [flip], "version": 1}
+    # 1P:3D now, one flip done already: one more to reach 2P:2D
+    ((_, cells),) = present.model_rows([model(rebalance=rebalance)])
+    assert cells[7].plain == "#7 1/2 → 2P:2D flipping"
+
+
 def test_unmeasured_advice_is_never_shown_as_hold() -> None:
     unmeasured = model(recommendation={**model().recommendation.model_dump(), "measured": False})
     assert present.advice(unmeasured.recommendation).plain == "not measured"

@@ -41,9 +41,10 @@ def model_rows(models: Sequence[PdModelView]) -> list[tuple[str, tuple[Text, ...
     rows = []
     for m in sorted(models, key=lambda m: m.model):
         rebalance = m.rebalance
+        # the counts first: on a narrow terminal the table cuts this last column short
         progress = Text("-", style="dim") if rebalance is None else Text(
-            f"#{rebalance.id} {rebalance.phase} {sum(f.phase == 'done' for f in rebalance.flips)}/"
-            f"{_flips_needed(m)} → {ratio_text(rebalance.target).plain}", style="yellow")
+            f"#{rebalance.id} {sum(f.phase == 'done' for f in rebalance.flips)}/{_flips_needed(m)} "
+            f"→ {ratio_text(rebalance.target).plain} {rebalance.phase}", style="yellow")
         rows.append((m.model, (Text(m.model), Text(m.class_ref or "several", style="" if m.class_ref else "yellow"),
                                ratio_text(m.ratio), queue(m, "prefill"), queue(m, "decode"), Text(m.mode),
                                advice(m.recommendation), progress)))
