@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
             p, t, f = result["planner"], result["threshold"], result["best_fixed"]
             print(f"{name:>9} x{engines:<5} best fixed {f['prefill']}P:{f['decode']}D {f['goodput']:.3f} | planner "
                   f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips in {p['ratio_changes']} changes, "
-                  f"{p['steady_flips_per_5min']:.2f} flips and {p['steady_changes_per_5min']:.2f} changes/5min steady) | threshold {t['goodput']:.3f} ({t['flips']} flips, "
+                  f"{p['steady_flips_per_5min']:.2f} flips and {p['steady_changes_per_5min']:.2f} changes/5min steady) "
+                  f"| threshold {t['goodput']:.3f} ({t['flips']} flips, "
                   f"{t['steady_flips_per_5min']:.2f}/5min) [{result['wall_s']:.0f}s]", flush=True)
             # written after every result, so a run stopped early keeps what it measured
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,8 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    need)] keeps both within capacity: the count stays if it is in that range, else it moves past the near
    edge by a quarter of the range: not onto the edge, where the next bit of noise would move it again (and
    a need that creeps up would ratchet it one engine at a time), and not to the middle, which overshoots
-   and leaves the other role short when the mix shifts back (measured in benchmarks/pd_sim.py). The range itself is the hysteresis: noise that keeps both
-   roles within capacity changes nothing.
+   and leaves the other role short when the mix shifts back (measured in benchmarks/pd_sim.py). The range
+   itself is the hysteresis: noise that keeps both roles within capacity changes nothing.
 4. When they cannot (overload), the engines are split in proportion to the two needs (DistServe's rule:
    P:D ~ prefill work / decode work), and the count moves only when the proportional split is more than
    `band` (< 0.5) engines beyond the half-engine around it, so noise around a boundary holds it steady.
