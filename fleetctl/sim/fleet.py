@@ -46,12 +46,14 @@ class Fleet:
     def __init__(self, shape: FleetShape) -> None:
         self.shape = shape
         self.events = EventQueue()
-        c = shape.constants
-        self.prefill = [PrefillEngine(f"p{i}", c.prefill_tokens_per_s) for i in range(shape.n_prefill)]
-        self.decode = [DecodeEngine(f"d{i}", shape.max_num_seqs, shape.kv_capacity_tokens, c)
-                       for i in range(shape.n_decode)]
-        self._prefill_by_name = {e.name: e for e in self.prefill}
-        self._decode_by_name = {e.name: e for e in self.decode}
+        self.prefill: list[PrefillEngine] = []
+        self.decode: list = []  # DecodeEngine, or the fluid model's FluidDecodeEngine
+        self._prefill_by_name: dict[str, PrefillEngine] = {}
+        self._decode_by_name: dict = {}
+        for i in range(shape.n_prefill):
+            self._add_prefill(PrefillEngine(f"p{i}", shape.constants.prefill_tokens_per_s))
+        for i in range(shape.n_decode):
+            self._add_decode(self._new_decode(f"d{i}"))
         self.draining: dict[str, tuple[str, float]] = {}  # engine -> (the role it restarts in, restart seconds)
         self.joining: list[str] = []  # roles of engines restarting after a flip
         self._next_index = {"prefill": shape.n_prefill, "decode": shape.n_decode}
@@ -79,16 +81,21 @@ class Fleet:
         self.joining.remove(role)
         index = self._next_index[role]
         self._next_index[role] += 1
-        c = self.shape.constants
         if role == "prefill":
-            engine = PrefillEngine(f"p{index}", c.prefill_tokens_per_s)
-            self.prefill.append(engine)
-            self._prefill_by_name[engine.name] = engine
-        else:
-            decode = DecodeEngine(f"d{index}", self.shape.max_num_seqs, self.shape.kv_capacity_tokens, c)
-            self.decode.append(decode)
-            self._decode_by_name[decode.name] = decode
-            return decode.name
+            return self._add_prefill(PrefillEngine(f"p{index}", self.shape.constants.prefill_tokens_per_s))
+        return self._add_decode(self._new_decode(f"d{index}"))
+
+    def _new_decode(self, name: str) -> DecodeEngine:
+        return DecodeEngine(name, self.shape.max_num_seqs, self.shape.kv_capacity_tokens, self.shape.constants)
+
+    def _add_prefill(self, engine: PrefillEngine) -> str:
+        self.prefill.append(engine)
+        self._prefill_by_name[engine.name] = engine
+        return engine.name
+
+    def _add_decode(self, engine: DecodeEngine) -> str:
+        self.decode.append(engine)
+        self._decode_by_name[engine.name] = engine
         return engine.name
 
     def _leave_if_drained(self, engine: PrefillEngine | DecodeEngine) -> None:

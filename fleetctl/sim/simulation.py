@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from fleetctl.gateway.admission import AdmissionRequest
 from fleetctl.sim.events import EventKind
 from fleetctl.sim.fleet import Fleet, FleetShape
-from fleetctl.sim.policies import Policy
+from fleetctl.sim.policies import Placement, Policy
 from fleetctl.sim.requests import RequestSpec, SimRequest
 from fleetctl.sim.results import Outcome, QueueSample, RequestResult, SimResult
+
+Place = Callable[[Fleet, AdmissionRequest], Placement]  # where an arriving request goes, on this fleet
 
 
 def simulate(workload: Sequence[RequestSpec], shape: FleetShape, policy: Policy, duration_s: float,
@@ -25,17 +27,25 @@ def simulate(workload: Sequence[RequestSpec], shape: FleetShape, policy: Policy,
     """Run `workload` (arrival times within the run) and sample the queues every `sample_every_s` from 0
     to `duration_s`. `horizon_s`: stop there, failing what is unfinished; None: run until all is done.
     `control`: called at every sample with the fleet (a P:D controller flips engines from there)."""
-    fleet = Fleet(shape)
+    return run_fleet(Fleet(shape), workload, lambda fleet, admission: policy(admission, fleet.snapshot()),
+                     duration_s, sample_every_s, horizon_s, control)
+
+
+def run_fleet(fleet: Fleet, workload: Sequence[RequestSpec], place: Place, duration_s: float,
+              sample_every_s: float = 1.0, horizon_s: float | None = None,
+              control: Callable[[Fleet], None] | None = None) -> SimResult:
+    """`simulate` on a fleet model of the caller's choice (the event-level `Fleet`, or the fluid one in
+    fleetctl/sim/fluid.py), placing each arrival with `place`."""
     requests = [SimRequest(spec) for spec in workload]
     for request in requests:
         fleet.events.push(request.spec.arrival_s, EventKind.ARRIVAL, request)
     for k in range(int(duration_s / sample_every_s) + 1):
         fleet.events.push(k * sample_every_s, EventKind.SAMPLE)
-    samples = _run(fleet, policy, horizon_s, control)
+    samples = _run(fleet, place, horizon_s, control)
     return SimResult(tuple(_result(r, horizon_s) for r in requests), tuple(samples), fleet.preemptions())
 
 
-def _run(fleet: Fleet, policy: Policy, horizon_s: float | None,
+def _run(fleet: Fleet, place: Place, horizon_s: float | None,
          control: Callable[[Fleet], None] | None = None) -> list[QueueSample]:
     samples: list[QueueSample] = []
     events = fleet.events
@@ -44,7 +54,7 @@ def _run(fleet: Fleet, policy: Policy, horizon_s: float | None,
         if event.kind is EventKind.ARRIVAL:
             request: SimRequest = event.payload
             admission = AdmissionRequest(request.spec.prompt_tokens, request.spec.max_tokens)
-            fleet.arrive(request, admission, policy(admission, fleet.snapshot()))
+            fleet.arrive(request, admission, place(fleet, admission))
         elif event.kind is EventKind.PREFILL_DONE:
             fleet.prefill_done(event.payload)
         elif event.kind is EventKind.STEP_DONE:
