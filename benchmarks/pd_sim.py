@@ -4,9 +4,14 @@ utilisation-threshold autoscaler, and the flips each made; on the Azure 2023 cod
 (the prompt/output mix shifts from long prompts and short answers to the reverse).
 
     .venv/bin/python benchmarks/pd_sim.py [--engines 64,1024] [--phase-s 600] [--classes reference,h100]
+                                          [--fleet-model fluid|event]
 
 The simulator is deterministic (seeded Poisson arrivals with the traces' joint length distribution), so its
-figures do not depend on the machine's load; only its run time does.
+figures do not depend on the machine's load; only its run time does. `--fleet-model fluid` (the default)
+runs the coarse fluid fleet (fleetctl/sim/fluid.py: decode as a rate, events per request rather than per
+decode step), which makes 1,024 engines a matter of seconds per run; `event` runs the event-level fleet,
+every decode step an event (hours per run at 1,024 engines). On the same split the two agree on goodput
+to within a percent (tests/sim/test_fluid.py; the 64-engine rows of docs/benchmarks.md show both).
 
 Engine classes (where each constant comes from):
 - `reference`: SmolLM2-135M on one CPU core (fleetctl.sim.REFERENCE_SMOLLM2_CPU, calibrated with
@@ -39,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetctl.pd.planner import PlannerSettings  # noqa: E402
 from fleetctl.sim import REFERENCE_SMOLLM2_CPU, EngineConstants, FleetShape, RequestSpec, admit_all_policy, simulate  # noqa: E402
+from fleetctl.sim.fluid import simulate_fluid  # noqa: E402
 from fleetctl.sim.pd_control import PlannerControl, ThresholdControl, sim_profile  # noqa: E402
 from fleetctl.sim.workload import TRACES_DIR, LengthScaling, load_azure_trace, sampled_workload  # noqa: E402
 
@@ -72,6 +78,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phase-s", type=float, default=600.0, help="seconds of each trace")
     parser.add_argument("--utilisation", type=float, default=0.6)
     parser.add_argument("--grid", type=int, default=12, help="fixed ratios tried before refining around the best")
+    parser.add_argument("--floor-decode", type=int, default=1,
+                        help="the planner's decode floor (`fleetctl pd mode --floor-decode`)")
+    parser.add_argument("--fleet-model", choices=("fluid", "event"), default="fluid",
+                        help="fluid: decode as a rate, fast at 1,024 engines; event: every decode step an event")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pd_sim.json"))
     return parser.parse_args(argv)
 
@@ -107,20 +117,26 @@ def goodput(result, specs: dict[int, RequestSpec], engine: EngineClass) -> float
     return good / len(specs)
 
 
-def run(engine: EngineClass, engines: int, prefill: int, work: list[RequestSpec], phase_s: float, control=None) -> Any:
+def run(engine: EngineClass, engines: int, prefill: int, work: list[RequestSpec], phase_s: float, control=None,
+        fleet_model: str = "fluid") -> Any:
     shape = FleetShape(prefill, engines - prefill, engine.constants, max_num_seqs=engine.max_num_seqs,
                        kv_capacity_tokens=engine.kv_tokens)
+    if fleet_model == "fluid":
+        return simulate_fluid(work, shape, 2 * phase_s, sample_every_s=1.0, horizon_s=2 * phase_s + 120.0,
+                              control=control)
     return simulate(work, shape, admit_all_policy(), 2 * phase_s, sample_every_s=1.0,
                     horizon_s=2 * phase_s + 120.0, control=control)
 
 
-def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, grid: int) -> tuple[int, float, int]:
-    """(prefill count, goodput, runs) of the best fixed split: a grid, then every count around its best."""
+def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, grid: int,
+               fleet_model: str) -> tuple[int, float, int]:
+    """(prefill count, goodput, runs) of the best fixed split: a grid, then every count around its best.
+    When the grid's best has every request within SLO (goodput 1), nothing beats it: no refining."""
     tried: dict[int, float] = {}
 
     def score(p: int) -> float:
         if p not in tried:
-            tried[p] = goodput(run(engine, engines, p, work, phase_s), specs, engine)
+            tried[p] = goodput(run(engine, engines, p, work, phase_s, fleet_model=fleet_model), specs, engine)
         return tried[p]
 
     step = max(1, (engines - 1) // grid)
@@ -128,7 +144,7 @@ def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, g
         score(p)
     best = max(tried, key=lambda p: (tried[p], -abs(p - engines / 2)))
     radius = step
-    while radius > 1:
+    while radius > 1 and tried[best] < 1.0:
         radius = max(1, radius // 3)
         for p in range(max(1, best - 2 * radius), min(engines - 1, best + 2 * radius) + 1, radius):
             score(p)
@@ -143,20 +159,23 @@ def per_5min_steady(times_s: list[float], phase_s: float) -> float:
     return len(steady) / steady_s * 300.0
 
 
-def measure(engine: EngineClass, engines: int, phase_s: float, utilisation: float, grid: int) -> dict[str, Any]:
+def measure(engine: EngineClass, engines: int, phase_s: float, utilisation: float, grid: int,
+            fleet_model: str, floor_decode: int = 1) -> dict[str, Any]:
     started = time.monotonic()
     work = workload(engine, engines, phase_s, utilisation)
     specs = {s.request_id: s for s in work}
-    fixed_p, fixed_goodput, runs = best_fixed(engine, engines, work, specs, phase_s, grid)
-    settings = PlannerSettings(ttft_slo_s=engine.ttft_slo_s, itl_slo_s=engine.itl_slo_s, cooldown_s=120.0)
+    fixed_p, fixed_goodput, runs = best_fixed(engine, engines, work, specs, phase_s, grid, fleet_model)
+    settings = PlannerSettings(ttft_slo_s=engine.ttft_slo_s, itl_slo_s=engine.itl_slo_s, cooldown_s=120.0,
+                               floor_decode=floor_decode)
     planner = PlannerControl(settings, sim_profile(engine.constants, engine.max_num_seqs, engine.itl_slo_s),
                              engine.restart_s, parallel=max(1, engines // 16))
     start_p = fixed_p  # the adaptive controllers start where the best fixed split is: what they gain is adapting
-    planner_goodput = goodput(run(engine, engines, start_p, work, phase_s, planner), specs, engine)
+    planner_goodput = goodput(run(engine, engines, start_p, work, phase_s, planner, fleet_model), specs, engine)
     threshold = ThresholdControl(engine.restart_s)
-    threshold_goodput = goodput(run(engine, engines, start_p, work, phase_s, threshold), specs, engine)
+    threshold_goodput = goodput(run(engine, engines, start_p, work, phase_s, threshold, fleet_model), specs, engine)
     return {
-        "class": engine.name, "engines": engines, "requests": len(work), "phase_s": phase_s,
+        "class": engine.name, "engines": engines, "fleet_model": fleet_model, "requests": len(work),
+        "phase_s": phase_s, "utilisation": utilisation, "floor_decode": floor_decode,
         "start_split": f"{start_p}P:{engines - start_p}D",
         "best_fixed": {"prefill": fixed_p, "decode": engines - fixed_p, "goodput": fixed_goodput, "runs": runs},
         # a ratio change is one decision (a rebalance, which may flip several engines); the threshold
@@ -176,10 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for name in args.classes.split(","):
         for engines in (int(n) for n in args.engines.split(",")):
-            result = measure(CLASSES[name], engines, args.phase_s, args.utilisation, args.grid)
+            result = measure(CLASSES[name], engines, args.phase_s, args.utilisation, args.grid, args.fleet_model,
+                             args.floor_decode)
             results.append(result)
             p, t, f = result["planner"], result["threshold"], result["best_fixed"]
-            print(f"{name:>9} x{engines:<5} best fixed {f['prefill']}P:{f['decode']}D {f['goodput']:.3f} | planner "
+            print(f"{name:>9} x{engines:<5} {args.fleet_model:<5} best fixed {f['prefill']}P:{f['decode']}D {f['goodput']:.3f} | planner "
                   f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips in {p['ratio_changes']} changes, "
                   f"{p['steady_flips_per_5min']:.2f} flips and {p['steady_changes_per_5min']:.2f} changes/5min steady) "
                   f"| threshold {t['goodput']:.3f} ({t['flips']} flips, "
