@@ -141,7 +141,8 @@ def pd_profile(
                               "prefill": [asdict(p) for p in prefill], "decode": [asdict(d) for d in decode],
                               "notes": list(fitted.notes)}
     if store:
-        emit(api.set_pd_profile(class_ref, fitted.prefill_tokens_per_s, fitted.decode_slots, detail, reason), output)
+        emit(api.set_pd_profile(class_ref, fitted.prefill_tokens_per_s, fitted.decode_slots, detail, reason,
+                                decode_itl_s=fitted.decode_itl_s), output)
     else:
         emit({"class_ref": class_ref, "prefill_tokens_per_s": fitted.prefill_tokens_per_s,
-              "decode_slots": fitted.decode_slots, "detail": detail}, output)
+              "decode_slots": fitted.decode_slots, "decode_itl_s": fitted.decode_itl_s, "detail": detail}, output)

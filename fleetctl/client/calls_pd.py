@@ -57,9 +57,12 @@ class PdCalls:
 
     @endpoint("PUT", "/api/v1/pd/profiles/{class_ref}", PdProfileView)
     def set_pd_profile(class_ref: str, prefill_tokens_per_s: float, decode_slots: float,
-                       detail: dict[str, Any] | None = None, reason: str | None = None) -> Request:
+                       detail: dict[str, Any] | None = None, reason: str | None = None,
+                       decode_itl_s: float | None = None) -> Request:
         """Store what one engine of the class revision does (`fleetctl pd profile`)."""
         body = {"prefill_tokens_per_s": prefill_tokens_per_s, "decode_slots": decode_slots, "detail": detail or {}}
+        if decode_itl_s is not None:
+            body["decode_itl_s"] = decode_itl_s
         return Request(path={"class_ref": class_ref}, json=body, reason=reason)
 
     @endpoint("GET", "/api/v1/pd/profiles", list[PdProfileView])

@@ -143,6 +143,8 @@ class PdSettingsSet(Body):
 class PdProfileSet(Body):
     prefill_tokens_per_s: Annotated[float, Field(gt=0, le=1e9)]
     decode_slots: Annotated[float, Field(gt=0, le=1e6)]
+    decode_itl_s: Annotated[float, Field(gt=0, le=60)] | None = Field(
+        None, description="the ITL p90 measured at decode_slots; absent: the planner takes the ITL SLO")
     detail: dict[str, Any] = Field(default_factory=dict, description="the sweep's points, as `pd profile` measured them")
 
 
@@ -150,6 +152,7 @@ class PdProfileView(BaseModel):
     class_ref: str
     prefill_tokens_per_s: float
     decode_slots: float
+    decode_itl_s: float | None
     detail: dict[str, Any]
     measured_at: str
     measured_by: str

@@ -72,11 +72,11 @@ def profile_for(session: Session, class_ref: str | None) -> EngineProfile:
     if row is None:
         return DEFAULT_PROFILE
     return EngineProfile(row.prefill_tokens_per_s, row.decode_slots,
-                         f"profiled {row.measured_at.date().isoformat()} by {row.measured_by}")
+                         f"profiled {row.measured_at.date().isoformat()} by {row.measured_by}", row.decode_itl_s)
 
 
 def store_profile(session: Session, class_ref: str, prefill_tokens_per_s: float, decode_slots: float,
-                  detail: dict[str, Any], actor: str, now: datetime) -> PdProfile:
+                  decode_itl_s: float | None, detail: dict[str, Any], actor: str, now: datetime) -> PdProfile:
     if session.get(ClassRevision, class_ref) is None:
         raise NotFound(f"class_ref: unknown replica class {class_ref!r}", field="class_ref")
     row = session.get(PdProfile, class_ref)
@@ -84,6 +84,7 @@ def store_profile(session: Session, class_ref: str, prefill_tokens_per_s: float,
         row = PdProfile(class_ref=class_ref)
         session.add(row)
     row.prefill_tokens_per_s, row.decode_slots, row.detail = prefill_tokens_per_s, decode_slots, detail
+    row.decode_itl_s = decode_itl_s
     row.measured_at, row.measured_by = now, actor
     session.flush()
     return row
@@ -91,8 +92,8 @@ def store_profile(session: Session, class_ref: str, prefill_tokens_per_s: float,
 
 def profile_view(row: PdProfile) -> dict[str, Any]:
     return {"class_ref": row.class_ref, "prefill_tokens_per_s": row.prefill_tokens_per_s,
-            "decode_slots": row.decode_slots, "detail": row.detail, "measured_at": row.measured_at.isoformat(),
-            "measured_by": row.measured_by}
+            "decode_slots": row.decode_slots, "decode_itl_s": row.decode_itl_s, "detail": row.detail,
+            "measured_at": row.measured_at.isoformat(), "measured_by": row.measured_by}
 
 
 def list_profiles(session: Session) -> list[PdProfile]:

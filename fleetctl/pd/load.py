@@ -13,8 +13,9 @@ engine adds nothing to that window):
 - queues: requests waiting, on prefill (and mixed) engines and on decode engines, and the sequences decode
   engines hold (running + waiting): means over the readings of the last LENGTH_WINDOW_S (one reading's
   queue flickers).
-The decode occupancy is what the decode engines were actually asked to hold: when it exceeds what Little's
-law says of the measured rates (a backlog builds faster than the lengths show it), the planner plans for it.
+The decode occupancy is what the decode engines were actually asked to hold (running, and waiting for a
+slot): the planner plans for the running sequences when Little's law on the measured rates says less (output
+lengths lag a shift in the mix), and for the waiting ones as a backlog to drain.
 Every window adds one arrival-rate sample; the planner plans for the prediction over them (pd.predict).
 `LoadTracker` keeps the readings in memory: a controller that restarts, or a newly elected leader, warms up
 again (the prediction falls back to the last rate until it has enough samples).

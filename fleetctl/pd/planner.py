@@ -8,8 +8,14 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    to clear at the current count adds one engine (the reactive term: queue time is what a rate-based
    estimate misses in a burst).
 2. Decode need, in engines: concurrent decoding sequences by Little's law (rate x output tokens x the ITL
-   SLO, the time each holds a slot), or the sequences the decode engines were measured to hold when that is
-   more (a backlog), over one engine's decode slots at the ITL SLO, times (1 + headroom).
+   at full batch, the time each holds a slot: the profile's measured ITL at its decode slots, or the ITL
+   SLO when it has none), or the sequences the decode engines were measured running when that is
+   more (output lengths lag a shift in the mix), plus the slots that would drain the sequences waiting for
+   one within `backlog_drain_s` (about one flip), over one engine's decode slots at the ITL SLO, times
+   (1 + headroom). A backlog is planned for as work to clear, not as standing concurrency: sized as
+   concurrency, a backlog built while decode was short asks for more decode engines than the steady load
+   needs, and the prefill engines flipped for it starve the next requests (measured in
+   benchmarks/pd_sim.py: 16P:48D where 37P:27D served the load).
    Handoffs waiting for a decode slot add one engine when the wait is longer than the ITL SLO (the wait
    is the queue over the rate slots free up at, which in steady state is the arrival rate): a handoff or
    two waiting on one engine while others have room is placement, not a shortage, and bumping on it
@@ -50,6 +56,7 @@ class EngineProfile:
     prefill_tokens_per_s: float  # uncached prompt tokens computed per second
     decode_slots: float  # sequences decoded at once within the ITL SLO
     source: str = "default"
+    decode_itl_s: float | None = None  # the ITL measured at decode_slots; None: not measured, taken as the SLO
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ class PlannerSettings:
     floor_decode: int = 1
     cooldown_s: float = 300.0  # at most one change of a model per this many seconds
     dwell_s: float = 20.0  # a recommended change must stand this long before it is acted on
+    backlog_drain_s: float = 60.0  # plan decode slots to clear a decode backlog within this long
 
 
 @dataclass(frozen=True)
@@ -177,15 +185,22 @@ def _prefill_need(current: Ratio, load: Load, profile: EngineProfile, settings: 
 
 
 def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
-    predicted = load.arrival_rps * load.mean_output_tokens * settings.itl_slo_s
-    concurrent = max(predicted, load.decode_occupancy)
+    itl_s, itl_text = _planned_itl(profile, settings)
+    slot_s = load.mean_output_tokens * itl_s  # how long a sequence holds a slot
+    predicted = load.arrival_rps * slot_s
+    running = max(0.0, load.decode_occupancy - load.decode_queue)
+    backlog = load.decode_queue * slot_s / settings.backlog_drain_s if settings.backlog_drain_s > 0 else 0.0
+    concurrent = max(predicted, running) + backlog
     slots = profile.decode_slots * current.decode
     engines = concurrent / profile.decode_slots if profile.decode_slots > 0 else 0.0
     need = engines * (1 + settings.headroom)
     verdict = "<" if slots < concurrent * (1 + settings.headroom) else ">="
-    observed = f" (observed {load.decode_occupancy:.1f} held)" if load.decode_occupancy > predicted else ""
+    observed = f" (observed {running:.1f} running)" if running > predicted else ""
+    if backlog > 0:
+        observed += (f" + {load.decode_queue} waiting x {slot_s:.1f} s / {settings.backlog_drain_s:g} s "
+                     f"to drain = {backlog:.1f}")
     why = (f"decode: {load.arrival_rps:.2f} req/s x {load.mean_output_tokens:.0f} output tokens x "
-           f"{settings.itl_slo_s:g} s ITL SLO = {predicted:.1f} concurrent{observed}; decode slots at ITL SLO "
+           f"{itl_text} = {predicted:.1f} concurrent{observed}; decode slots at ITL SLO "
            f"{profile.decode_slots:.0f}/engine x {current.decode} = {slots:.0f} {verdict} "
            f"{concurrent * (1 + settings.headroom):.1f} with headroom -> {need:.2f} engines")
     if current.decode > 0 and load.decode_queue > 0:
@@ -195,6 +210,16 @@ def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: P
             why += (f"; {load.decode_queue} handoffs wait ~{wait_s:.2f} s for a decode slot > the ITL SLO "
                     f"({settings.itl_slo_s:g} s) -> {need:.0f}")
     return need, why
+
+
+def _planned_itl(profile: EngineProfile, settings: PlannerSettings) -> tuple[float, str]:
+    """Seconds per output token of a sequence on a full decode engine: the ITL the profile measured at its
+    decode slots when that is under the SLO (a batch capped by max_num_seqs runs faster than the SLO
+    allows: on a GPU often several times), else the SLO itself."""
+    measured = profile.decode_itl_s
+    if measured is not None and 0 < measured < settings.itl_slo_s:
+        return measured, f"{measured:.4g} s ITL at {profile.decode_slots:.0f} slots"
+    return settings.itl_slo_s, f"{settings.itl_slo_s:g} s ITL SLO"
 
 
 def _ideal_prefill(engines: int, prefill_need: float, decode_need: float, current: Ratio,

@@ -7,7 +7,9 @@ Pure; the sweep itself (fleetctl/cli/pd_profile.py, benchmarks/pd_profile.py) se
   SLO (Dynamo's profiler picks the same way); when none is, the lowest-concurrency point's, flagged.
 - Decode: `concurrency` simultaneous streams of `output_tokens` each. A point's ITL p90 is over the
   streams' mean inter-token gaps. The engine's decode slots are the highest concurrency whose ITL p90 is
-  within the SLO; when even one stream is over it, the fraction of a slot the SLO allows (slo / ITL at 1).
+  within the SLO, and its ITL is that point's ITL p90 (often well under the SLO when the sweep's top
+  concurrency, or the engine's max_num_seqs, is what stops it); when even one stream is over the SLO, the
+  fraction of a slot the SLO allows (slo / ITL at 1), at the SLO.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class DecodePoint:
 class Fit:
     prefill_tokens_per_s: float
     decode_slots: float
+    decode_itl_s: float  # the ITL p90 at decode_slots
     notes: tuple[str, ...]
 
 
@@ -62,11 +65,11 @@ def fit(prefill: Sequence[PrefillPoint], decode: Sequence[DecodePoint], ttft_slo
     fitting = [d for d in decode if d.itl_p90_s <= itl_slo_s]
     if fitting:
         top = max(fitting, key=lambda d: d.concurrency)
-        slots = float(top.concurrency)
+        slots, itl = float(top.concurrency), top.itl_p90_s
         notes.append(f"decode: {top.concurrency} slots (ITL p90 {top.itl_p90_s:.4f} s <= {itl_slo_s:g} s)")
     else:
         one = min(decode, key=lambda d: d.concurrency)
-        slots = round(itl_slo_s / one.itl_p90_s * one.concurrency, 3)
+        slots, itl = round(itl_slo_s / one.itl_p90_s * one.concurrency, 3), itl_slo_s
         notes.append(f"decode: even {one.concurrency} stream(s) exceed the ITL SLO {itl_slo_s:g} s "
                      f"(ITL p90 {one.itl_p90_s:.4f} s): {slots:g} slots")
-    return Fit(best.tokens_per_s, slots, tuple(notes))
+    return Fit(best.tokens_per_s, slots, itl, tuple(notes))

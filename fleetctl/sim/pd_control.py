@@ -10,7 +10,8 @@ simulated fleet's engines one at a time (Fleet.start_flip).
   role is busier than `high` and the other idler than `low`, flip one engine toward the busy one. No
   prediction, no hysteresis beyond the two thresholds.
 - `sim_profile`: the planner's EngineProfile from the simulator's engine constants (prefill tokens/s; the
-  largest batch whose decode step stays within the ITL SLO).
+  largest batch whose decode step stays within the ITL SLO, and that step's time), as `fleetctl pd profile`
+  measures them on a live engine.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class FlipRecord:
 def sim_profile(constants: EngineConstants, max_num_seqs: int, itl_slo_s: float) -> EngineProfile:
     per_seq = constants.decode_step_per_seq_s
     slots = max_num_seqs if per_seq <= 0 else math.floor((itl_slo_s - constants.decode_step_base_s) / per_seq)
-    return EngineProfile(constants.prefill_tokens_per_s, float(max(1, min(slots, max_num_seqs))),
-                         f"simulator constants ({constants.source})")
+    slots = max(1, min(slots, max_num_seqs))
+    return EngineProfile(constants.prefill_tokens_per_s, float(slots), f"simulator constants ({constants.source})",
+                         decode_itl_s=constants.step_s(slots))
 
 
 def readings(fleet: Fleet) -> ModelReading:

@@ -1,6 +1,7 @@
 """P:D: `rebalances` (spec and the role-flip machine's state; the unique `active` keeps one rebalance in
 the fleet at a time), `rebalance_events` (append-only history), `pd_models` (the planner's settings per
-model) and `pd_profiles` (an engine's measured prefill tokens/s and decode slots per class revision).
+model) and `pd_profiles` (an engine's measured prefill tokens/s, decode slots and the ITL at them, per class
+revision).
 
 Revision ID: 0011
 Revises: 0010
@@ -68,6 +69,7 @@ def upgrade() -> None:
         sa.Column("class_ref", sa.String(length=80), sa.ForeignKey("class_revisions.ref"), primary_key=True),
         sa.Column("prefill_tokens_per_s", sa.Float(), nullable=False),
         sa.Column("decode_slots", sa.Float(), nullable=False),
+        sa.Column("decode_itl_s", sa.Float(), nullable=True),
         sa.Column("detail", sa.JSON(), nullable=False),
         _timestamp("measured_at"),
         sa.Column("measured_by", sa.String(length=65), nullable=False),

@@ -317,8 +317,10 @@ def test_pd_round_trip(checked: Checked) -> None:
     assert checked("viewer", "pd_status", model="smollm2-135m")[0].engines[0].role == "mixed"
     settings = checked("operator", "pd_settings", "smollm2-135m", mode="advisory", ttft_slo_s=1.5, reason="test")
     assert (settings.mode, settings.settings["ttft_slo_s"]) == ("advisory", 1.5)
-    profile = checked("operator", "set_pd_profile", "chat@r1", 800.0, 8.0, detail={"points": []}, reason="test")
-    assert (profile.prefill_tokens_per_s, profile.decode_slots) == (800.0, 8.0)
+    profile = checked("operator", "set_pd_profile", "chat@r1", 800.0, 8.0, detail={"points": []}, reason="test",
+                      decode_itl_s=0.04)
+    assert (profile.prefill_tokens_per_s, profile.decode_slots, profile.decode_itl_s) == (800.0, 8.0, 0.04)
+    assert checked("viewer", "pd_status", model="smollm2-135m")[0].profile["decode_itl_s"] == 0.04
     assert [p.class_ref for p in checked("viewer", "list_pd_profiles")] == ["chat@r1"]
     checked("operator", "set_deployment", "chat", "chat@r1", 2, placement={"zone": "a"})
     checked.server.runtime.step()  # the second engine is placed

@@ -180,6 +180,7 @@ def test_pd_profile_measures_an_engine_and_the_planner_uses_it(pd_fleet: FleetRe
     import json
     stored = json.loads(result.stdout)
     assert stored["prefill_tokens_per_s"] > 0 and stored["decode_slots"] >= 1
+    assert 0 < stored["decode_itl_s"] <= 5  # the ITL measured at those slots, within the SLO
     assert [p["concurrency"] for p in stored["detail"]["prefill"]] == [1, 2]
     with controller(pd_fleet) as api:
         (model,) = api.pd_status(MODEL)

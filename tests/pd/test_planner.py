@@ -166,3 +166,31 @@ def test_a_held_change_says_why() -> None:
     rec = plan(Snapshot("m", Ratio(3, 3), load(6.0, 500.0, 200.0, hit=0.5), PROFILE, Gates(frozen=True)), SETTINGS, NOW)
     assert (rec.action, rec.blocked_by, rec.recommended) == ("hold", "the fleet is frozen", Ratio(2, 4))
     assert rec.reasons[-1] == "-> 2P:4D, held: the fleet is frozen"
+
+
+def test_a_decode_backlog_is_planned_as_work_to_drain_not_as_standing_concurrency() -> None:
+    """Decode was short: every slot of 4 engines runs and 600 handoffs wait. The steady load is 50
+    concurrent (10 req/s x 100 tokens x 0.05 s); the need is what runs (64) plus the slots that drain the
+    600 waiting within backlog_drain_s (600 x 5 s / 60 s = 50), not 664 sequences held as if all ran at once."""
+    backlog = load(10.0, 100.0, 100.0, decode_queue=600, decode_occupancy=664.0)
+    rec = plan(Snapshot("m", Ratio(4, 4), backlog, PROFILE), SETTINGS, NOW)
+    assert rec.decode_need == 114 / 16 * 1.2
+    assert rec.reasons[1] == ("decode: 10.00 req/s x 100 output tokens x 0.05 s ITL SLO = 50.0 concurrent (observed "
+                              "64.0 running) + 600 waiting x 5.0 s / 60 s to drain = 50.0; decode slots at ITL SLO "
+                              "16/engine x 4 = 64 < 136.8 with headroom -> 8.55 engines")
+    drained = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0, decode_occupancy=64.0), PROFILE), SETTINGS, NOW)
+    assert drained.decode_need == 64 / 16 * 1.2  # running above Little's law counts: lengths lag a shift
+    steady = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0, decode_occupancy=40.0), PROFILE), SETTINGS, NOW)
+    assert steady.decode_need == 50 / 16 * 1.2
+
+
+def test_little_s_law_uses_the_itl_the_profile_measured_at_full_batch_when_it_is_under_the_slo() -> None:
+    """A batch capped by max_num_seqs runs faster than the ITL SLO allows: 16 slots at 0.02 s a token hold
+    a sequence 100 x 0.02 = 2 s, not 100 x 0.05 = 5 s; sized at the SLO, decode would be planned 2.5x too big."""
+    measured = EngineProfile(prefill_tokens_per_s=1000.0, decode_slots=16.0, decode_itl_s=0.02)
+    rec = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0), measured), SETTINGS, NOW)
+    assert rec.decode_need == 10 * 100 * 0.02 / 16 * 1.2
+    assert rec.reasons[1].startswith("decode: 10.00 req/s x 100 output tokens x 0.02 s ITL at 16 slots = 20.0 concurrent;")
+    over = EngineProfile(prefill_tokens_per_s=1000.0, decode_slots=16.0, decode_itl_s=0.08)  # a stale, slower profile
+    at_slo = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0), over), SETTINGS, NOW)
+    assert at_slo.decode_need == 10 * 100 * 0.05 / 16 * 1.2 and "x 0.05 s ITL SLO =" in at_slo.reasons[1]

@@ -113,7 +113,7 @@ def pd_profile_set(class_ref: Annotated[str, Path(min_length=1, max_length=80)],
     runtime = change.runtime
     with runtime.store.session() as session:
         row = pd_settings.store_profile(session, class_ref, body.prefill_tokens_per_s, body.decode_slots,
-                                        body.detail, change.actor, runtime.clock())
+                                        body.decode_itl_s, body.detail, change.actor, runtime.clock())
         change.record(session, target=f"pd/profiles/{class_ref}")
         return pd_settings.profile_view(row)
 

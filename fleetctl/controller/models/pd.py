@@ -64,13 +64,14 @@ class PdModelSettings(Versioned, Base):
 
 class PdProfile(Base):
     """What one engine of a class revision does within the SLOs, as `fleetctl pd profile` measured it:
-    prefill tokens per second and decode slots, with the sweep's points in `detail`."""
+    prefill tokens per second, decode slots and the ITL measured at them, with the sweep's points in `detail`."""
 
     __tablename__ = "pd_profiles"
 
     class_ref: Mapped[str] = mapped_column(ForeignKey("class_revisions.ref"), primary_key=True)
     prefill_tokens_per_s: Mapped[float] = mapped_column(Float)
     decode_slots: Mapped[float] = mapped_column(Float)
+    decode_itl_s: Mapped[float | None] = mapped_column(Float)  # None: not measured (the planner uses the ITL SLO)
     detail: Mapped[dict[str, Any]]
     measured_at: Mapped[datetime]
     measured_by: Mapped[str] = mapped_column(String(NAME + 2))
