@@ -221,16 +221,22 @@ def pd_mode(
     itl_slo_s: Annotated[float | None, typer.Option("--itl-slo", help="seconds, p90", show_default=False)] = None,
     headroom: Annotated[float | None, typer.Option("--headroom", min=0, help="plan for need x (1 + this)",
                                                    show_default=False)] = None,
+    cooldown_s: Annotated[float | None, typer.Option(
+        "--cooldown", min=0, help="seconds between two changes of the ratio [300]", show_default=False)] = None,
+    dwell_s: Annotated[float | None, typer.Option(
+        "--dwell", min=0, help="seconds a change must stand before it is acted on [20]", show_default=False)] = None,
     reason: ReasonOption = None,
     output: OutputOption = Format.table,
 ) -> None:
     """Set MODEL's planner mode (off: show only; advisory: record advice; auto: act) and settings."""
     if mode is not None and mode not in ("off", "advisory", "auto"):
         raise ValidationFailed(f"mode: one of off, advisory, auto, not {mode!r}", field="mode")
-    if mode is None and all(v is None for v in (floor_prefill, floor_decode, ttft_slo_s, itl_slo_s, headroom)):
+    settings = (floor_prefill, floor_decode, ttft_slo_s, itl_slo_s, headroom, cooldown_s, dwell_s)
+    if mode is None and all(v is None for v in settings):
         raise ValidationFailed("give a mode or a setting to change", field="mode")
     view = client(ctx).pd_settings(model, mode=mode, floor_prefill=floor_prefill, floor_decode=floor_decode,
-                                   ttft_slo_s=ttft_slo_s, itl_slo_s=itl_slo_s, headroom=headroom, reason=reason)
+                                   ttft_slo_s=ttft_slo_s, itl_slo_s=itl_slo_s, headroom=headroom, reason=reason,
+                                   cooldown_s=cooldown_s, dwell_s=dwell_s)
     status(f"{model}: planner {view.mode}")
     emit(view, output, STATUS_COLUMNS)
 

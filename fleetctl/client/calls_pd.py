@@ -49,10 +49,12 @@ class PdCalls:
     @endpoint("PUT", "/api/v1/pd/models/{model}/settings", PdModelView)
     def pd_settings(model: str, mode: str | None = None, floor_prefill: int | None = None,
                     floor_decode: int | None = None, ttft_slo_s: float | None = None, itl_slo_s: float | None = None,
-                    headroom: float | None = None, reason: str | None = None) -> Request:
-        """Set the planner's mode (off | advisory | auto), floors, SLOs or headroom for a model."""
+                    headroom: float | None = None, reason: str | None = None, cooldown_s: float | None = None,
+                    dwell_s: float | None = None) -> Request:
+        """Set the planner's mode (off | advisory | auto), floors, SLOs, headroom, cooldown or dwell for a model."""
         given = {"mode": mode, "floor_prefill": floor_prefill, "floor_decode": floor_decode,
-                 "ttft_slo_s": ttft_slo_s, "itl_slo_s": itl_slo_s, "headroom": headroom}
+                 "ttft_slo_s": ttft_slo_s, "itl_slo_s": itl_slo_s, "headroom": headroom, "cooldown_s": cooldown_s,
+                 "dwell_s": dwell_s}
         return Request(path={"model": model}, json={k: v for k, v in given.items() if v is not None}, reason=reason)
 
     @endpoint("PUT", "/api/v1/pd/profiles/{class_ref}", PdProfileView)

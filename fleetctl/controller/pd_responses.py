@@ -138,6 +138,8 @@ class PdSettingsSet(Body):
     ttft_slo_s: Annotated[float, Field(gt=0, le=3600)] | None = None
     itl_slo_s: Annotated[float, Field(gt=0, le=60)] | None = None
     headroom: Annotated[float, Field(ge=0, le=10)] | None = None
+    cooldown_s: Annotated[float, Field(ge=0, le=86_400)] | None = None
+    dwell_s: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 
 class PdProfileSet(Body):

@@ -41,7 +41,8 @@ def settings_for(session: Session, model: str) -> ModelSettings:
         return ModelSettings(DEFAULT_MODE, PlannerSettings())
     return ModelSettings(row.mode, PlannerSettings(ttft_slo_s=row.ttft_slo_s, itl_slo_s=row.itl_slo_s,
                                                    headroom=row.headroom, floor_prefill=row.floor_prefill,
-                                                   floor_decode=row.floor_decode), row.version)
+                                                   floor_decode=row.floor_decode, cooldown_s=row.cooldown_s,
+                                                   dwell_s=row.dwell_s), row.version)
 
 
 def all_settings(session: Session) -> dict[str, ModelSettings]:
@@ -58,7 +59,8 @@ def set_settings(session: Session, model: str, changes: dict[str, Any], actor: s
         p = current.planner
         row = PdModelSettings(model=model, mode=current.mode, floor_prefill=p.floor_prefill,
                               floor_decode=p.floor_decode, ttft_slo_s=p.ttft_slo_s, itl_slo_s=p.itl_slo_s,
-                              headroom=p.headroom, updated_at=now, updated_by=actor)
+                              headroom=p.headroom, cooldown_s=p.cooldown_s, dwell_s=p.dwell_s, updated_at=now,
+                              updated_by=actor)
         session.add(row)
     for key, value in changes.items():
         setattr(row, key, value)

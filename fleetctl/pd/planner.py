@@ -16,10 +16,11 @@ How it decides, for one model's prefill and decode engines (mixed engines are le
    concurrency, a backlog built while decode was short asks for more decode engines than the steady load
    needs, and the prefill engines flipped for it starve the next requests (measured in
    benchmarks/pd_sim.py: 16P:48D where 37P:27D served the load).
-   Handoffs waiting for a decode slot add one engine when the wait is longer than the ITL SLO (the wait
-   is the queue over the rate slots free up at, which in steady state is the arrival rate): a handoff or
-   two waiting on one engine while others have room is placement, not a shortage, and bumping on it
-   would add a decode engine at every plan.
+   When the decode slots are full, handoffs waiting for one add one engine when the wait is longer than
+   the ITL SLO (the wait is the queue over the rate slots free up at, which in steady state is the
+   arrival rate). A handoff waiting while slots are free is placement or the engine's next step, not a
+   shortage: at a low rate one such handoff in a reading looks far over the SLO, and bumping on it made
+   the advice flicker between two ratios every few seconds.
 3. A rebalance keeps the engine count. When the engines can cover both needs (each rounded up to whole
    engines, each role at least its floor), every prefill count in [ceil(prefill need), engines - ceil(decode
    need)] keeps both within capacity: the count stays if it is in that range, else it moves past the near
@@ -203,7 +204,8 @@ def _decode_need(current: Ratio, load: Load, profile: EngineProfile, settings: P
            f"{itl_text} = {predicted:.1f} concurrent{observed}; decode slots at ITL SLO "
            f"{profile.decode_slots:.0f}/engine x {current.decode} = {slots:.0f} {verdict} "
            f"{concurrent * (1 + settings.headroom):.1f} with headroom -> {need:.2f} engines")
-    if current.decode > 0 and load.decode_queue > 0:
+    full = running >= profile.decode_slots * current.decode  # a handoff waiting beside free slots is not a shortage
+    if current.decode > 0 and load.decode_queue > 0 and full:
         wait_s = load.decode_queue / load.arrival_rps if load.arrival_rps > 0 else math.inf
         if wait_s > settings.itl_slo_s and need < current.decode + 1:
             need = float(current.decode + 1)

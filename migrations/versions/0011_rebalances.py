@@ -60,6 +60,8 @@ def upgrade() -> None:
         sa.Column("ttft_slo_s", sa.Float(), nullable=False),
         sa.Column("itl_slo_s", sa.Float(), nullable=False),
         sa.Column("headroom", sa.Float(), nullable=False),
+        sa.Column("cooldown_s", sa.Float(), nullable=False),
+        sa.Column("dwell_s", sa.Float(), nullable=False),
         _timestamp("updated_at"),
         sa.Column("updated_by", sa.String(length=65), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),

@@ -58,6 +58,8 @@ class PdModelSettings(Versioned, Base):
     ttft_slo_s: Mapped[float] = mapped_column(Float)
     itl_slo_s: Mapped[float] = mapped_column(Float)
     headroom: Mapped[float] = mapped_column(Float)
+    cooldown_s: Mapped[float] = mapped_column(Float)
+    dwell_s: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[datetime]
     updated_by: Mapped[str] = mapped_column(String(NAME + 2))
 
