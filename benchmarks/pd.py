@@ -64,9 +64,10 @@ def wait(probe: Any, timeout_s: float, what: str, every_s: float = 0.5) -> Any:
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def rebalance(api: Any, model: str, prefill: int, decode: int, mixed: int | None) -> Any:
+def rebalance(api: Any, model: str, prefill: int, decode: int, mixed: int | None,
+              reason: str = "benchmarks/pd.py") -> Any:
     started = api.pd_rebalance(model, prefill, decode, mixed=mixed, apply=True, baseline_s=0, ttft_slo_s=120.0,
-                               itl_slo_s=10.0, reason="benchmarks/pd.py")
+                               itl_slo_s=10.0, reason=reason)
     assert started.rebalance is not None, started.preview
     return wait(lambda: (v := api.get_rebalance(started.rebalance.id)).phase in ("completed", "stopped") and v,
                 900, f"rebalance {started.rebalance.id}", every_s=0.5)

@@ -53,6 +53,7 @@ class Result:
     error: str | None = None
     served_by: str = ""  # class revision
     expected: int = 0  # tokens asked for
+    finished_at: float = math.nan  # time.monotonic() when the stream ended (or the request failed)
 
     @property
     def failed(self) -> bool:
@@ -149,6 +150,7 @@ class Traffic:
                     await _read_stream(response, result)
         except (httpx.HTTPError, ValueError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"[:300]
+        result.finished_at = time.monotonic()
         self.results.append(result)
 
 
