@@ -38,7 +38,6 @@ import platform
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -51,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import BlockText, load_mooncake, log, print_table, reference_tokenizer_dir, write_json  # noqa: E402
+from benchmarks.rollout import measure_on_a_fleet  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Traffic, arrival_offsets, build_requests  # noqa: E402
 from engine.contract.prometheus import parse_samples, sum_series  # noqa: E402
 from fleetctl.client import ControllerClient  # noqa: E402
@@ -395,17 +395,8 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from fleetctl.localfleet import down
-
     args = parse_args(argv)
-    state_dir = Path(tempfile.mkdtemp(prefix="fleet-canary-bench-"))
-    log(f"fleet state and logs: {state_dir}")
-    record = start_fleet(args, state_dir)
-    try:
-        report = measure(args, record)
-    finally:
-        log("stopping the fleet")
-        down(state_dir, timeout_s=30.0)
+    report = measure_on_a_fleet(args, "fleet-canary-bench-", measure, start=start_fleet)
     write_json(args.out, report)
     print_report(report)
 

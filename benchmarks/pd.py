@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS, BlockText, load_mooncake, log, percentile, reference_tokenizer_dir, write_json  # noqa: E402
-from benchmarks.rollout import start_fleet, traffic_summary  # noqa: E402
+from benchmarks.rollout import measure_on_a_fleet, traffic_summary  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Traffic, arrival_offsets, build_requests  # noqa: E402
 
 OUT = RESULTS / "pd.json"
@@ -144,17 +143,8 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from fleetctl.localfleet import down
-
     args = parse_args(argv)
-    state_dir = Path(tempfile.mkdtemp(prefix="fleet-pd-bench-"))
-    log(f"fleet state and logs: {state_dir}")
-    record = start_fleet(args, state_dir)
-    try:
-        report = measure(args, record)
-    finally:
-        log("stopping the fleet")
-        down(state_dir, timeout_s=30.0)
+    report = measure_on_a_fleet(args, "fleet-pd-bench-", measure)
     write_json(args.out, report)
     print_report(report)
 

@@ -66,7 +66,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,7 +81,7 @@ from benchmarks.common import (  # noqa: E402
     RESULTS, BlockText, log, percentile, print_table, reference_tokenizer_dir, write_json,
 )
 from benchmarks.pd import flip_spans, rebalance, wait  # noqa: E402
-from benchmarks.rollout import start_fleet  # noqa: E402
+from benchmarks.rollout import measure_on_a_fleet  # noqa: E402
 from benchmarks.rollout_traffic import Req, Result, Traffic  # noqa: E402
 from fleetctl.errors import FleetError  # noqa: E402
 from fleetctl.pd.planner import PlannerSettings  # noqa: E402
@@ -521,18 +520,9 @@ def measure(args: argparse.Namespace, record: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from fleetctl.localfleet import down
-
     args = parse_args(argv)
-    state_dir = Path(tempfile.mkdtemp(prefix="fleet-pd-compare-"))
-    log(f"fleet state and logs: {state_dir}; configurations: {', '.join(args.config_list)}")
-    record = start_fleet(args, state_dir)
-    try:
-        report = measure(args, record)
-    finally:
-        log("stopping the fleet")
-        down(state_dir, timeout_s=30.0)
-    print_report(report)
+    print_report(measure_on_a_fleet(args, "fleet-pd-compare-", measure,
+                                    f"; configurations: {', '.join(args.config_list)}"))
 
 
 if __name__ == "__main__":

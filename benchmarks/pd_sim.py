@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
                              args.floor_decode)
             results.append(result)
             p, t, f = result["planner"], result["threshold"], result["best_fixed"]
-            print(f"{name:>9} x{engines:<5} {args.fleet_model:<5} best fixed {f['prefill']}P:{f['decode']}D {f['goodput']:.3f} | planner "
+            print(f"{name:>9} x{engines:<5} {args.fleet_model:<5} best fixed {f['prefill']}P:{f['decode']}D "
+                  f"{f['goodput']:.3f} | planner "
                   f"{p['goodput']:.3f} ({p['vs_best_fixed']:.2f}x, {p['flips']} flips in {p['ratio_changes']} changes, "
                   f"{p['steady_flips_per_5min']:.2f} flips and {p['steady_changes_per_5min']:.2f} changes/5min steady) "
                   f"| threshold {t['goodput']:.3f} ({t['flips']} flips, "

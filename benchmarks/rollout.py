@@ -58,6 +58,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +121,22 @@ def start_fleet(args: argparse.Namespace, state_dir: Path) -> Any:
                         engine_port_base=random.randrange(20_000, 40_000, 1_000), heartbeat_interval_s=args.heartbeat_s,
                         gateway_table_refresh_s=args.table_refresh_s, ready_timeout_s=600.0)
     return up(options, progress=log)
+
+
+def measure_on_a_fleet(args: argparse.Namespace, prefix: str, measure: Callable[[argparse.Namespace, Any], Any],
+                       what: str = "", start: Callable[[argparse.Namespace, Path], Any] | None = None) -> Any:
+    """Start a local fleet in a new state directory (`start`, default start_fleet), `measure(args, record)` on
+    it, and stop it, whatever happens; what `measure` returned."""
+    from fleetctl.localfleet import down
+
+    state_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    log(f"fleet state and logs: {state_dir}{what}")
+    record = (start or start_fleet)(args, state_dir)
+    try:
+        return measure(args, record)
+    finally:
+        log("stopping the fleet")
+        down(state_dir, timeout_s=30.0)
 
 
 def start_more_gateways(record: Any, count: int, refresh_s: float) -> dict[str, str]:

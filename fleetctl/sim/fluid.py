@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from fleetctl.gateway.admission import AdmissionDecision, AdmissionRequest
+from fleetctl.gateway.admission import AdmissionDecision
 from fleetctl.sim.engines import EngineConstants, PrefillEngine
 from fleetctl.sim.events import EventKind
 from fleetctl.sim.fleet import Fleet, FleetShape
@@ -150,7 +150,8 @@ class FluidFleet(Fleet):
         heapq.heappush(self._decode_heap, (0, engine.name))
         return super()._add_decode(engine)
 
-    def _admit(self, request: SimRequest, prefill: PrefillEngine, decode: FluidDecodeEngine) -> None:  # type: ignore[override]
+    def _admit(self, request: SimRequest, prefill: PrefillEngine,  # type: ignore[override]
+               decode: FluidDecodeEngine) -> None:
         super()._admit(request, prefill, decode)
         drains_at = max(self._drains_at[prefill.name], self.now) + request.prompt / prefill.tokens_per_s
         self._drains_at[prefill.name] = drains_at

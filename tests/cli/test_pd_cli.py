@@ -123,7 +123,8 @@ def test_mode_sets_the_planner_and_refuses_a_bad_one(pd_fleet: Fleet) -> None:
     bad = pd_fleet.run("pd", "mode", MODEL, "sometimes", role="operator")
     assert bad.exit_code == ExitCode.USAGE and "mode: one of off, advisory, auto" in one_error_line(bad)
     assert status_json(pd_fleet)[0]["mode"] == "advisory"
-    ok(pd_fleet.run("pd", "mode", MODEL, "--cooldown", "60", "--dwell", "5", "--reason", "a faster mix", role="operator"))
+    ok(pd_fleet.run("pd", "mode", MODEL, "--cooldown", "60", "--dwell", "5", "--reason", "a faster mix",
+                    role="operator"))
     (model,) = status_json(pd_fleet)
     assert (model["settings"]["cooldown_s"], model["settings"]["dwell_s"], model["mode"]) == (60.0, 5.0, "advisory")
     too_long = pd_fleet.run("pd", "mode", MODEL, "--cooldown", "100000", "--reason", "x", role="operator")

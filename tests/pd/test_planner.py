@@ -201,7 +201,8 @@ def test_little_s_law_uses_the_itl_the_profile_measured_at_full_batch_when_it_is
     measured = EngineProfile(prefill_tokens_per_s=1000.0, decode_slots=16.0, decode_itl_s=0.02)
     rec = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0), measured), SETTINGS, NOW)
     assert rec.decode_need == 10 * 100 * 0.02 / 16 * 1.2
-    assert rec.reasons[1].startswith("decode: 10.00 req/s x 100 output tokens x 0.02 s ITL at 16 slots = 20.0 concurrent;")
+    assert rec.reasons[1].startswith("decode: 10.00 req/s x 100 output tokens x 0.02 s ITL at 16 slots = "
+                                     "20.0 concurrent;")
     over = EngineProfile(prefill_tokens_per_s=1000.0, decode_slots=16.0, decode_itl_s=0.08)  # a stale, slower profile
     at_slo = plan(Snapshot("m", Ratio(4, 4), load(10.0, 100.0, 100.0), over), SETTINGS, NOW)
     assert at_slo.decode_need == 10 * 100 * 0.05 / 16 * 1.2 and "x 0.05 s ITL SLO =" in at_slo.reasons[1]
