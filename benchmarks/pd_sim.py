@@ -46,7 +46,10 @@ from fleetctl.pd.planner import PlannerSettings  # noqa: E402
 from fleetctl.sim import REFERENCE_SMOLLM2_CPU, EngineConstants, FleetShape, RequestSpec, admit_all_policy, simulate  # noqa: E402
 from fleetctl.sim.fluid import simulate_fluid  # noqa: E402
 from fleetctl.sim.pd_control import PlannerControl, ThresholdControl, sim_profile  # noqa: E402
-from fleetctl.sim.workload import TRACES_DIR, LengthScaling, load_azure_trace, sampled_workload  # noqa: E402
+from fleetctl.sim.results import goodput as within_slo  # noqa: E402
+from fleetctl.sim.workload import (  # noqa: E402
+    TRACES_DIR, LengthScaling, load_azure_trace, one_after_another, sampled_workload,
+)
 
 H100_LLAMA_8B = EngineConstants(prefill_tokens_per_s=20_000.0, decode_step_base_s=0.007,
                                 decode_step_per_seq_s=0.000025, source="published H100 figures (see module doc)")
@@ -99,22 +102,12 @@ def workload(engine: EngineClass, engines: int, phase_s: float, utilisation: flo
         return utilisation * engines / per_request
 
     first = sampled_workload(code, rate(code), phase_s, engine.scaling, seed=1)
-    second = sampled_workload(conv, rate(conv), phase_s, engine.scaling, seed=2)
-    return first + [RequestSpec(len(first) + i, phase_s + r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens)
-                    for i, r in enumerate(second)]
+    return one_after_another(first, sampled_workload(conv, rate(conv), phase_s, engine.scaling, seed=2), phase_s)
 
 
-def goodput(result, specs: dict[int, RequestSpec], engine: EngineClass) -> float:
-    """The fraction of all requests completed within both SLOs (TTFT, and mean ITL over the request)."""
-    good = 0
-    for r in result.requests:
-        if r.finished_s is None or r.first_token_s is None:
-            continue
-        spec = specs[r.request_id]
-        itl = (r.finished_s - r.first_token_s) / max(1, spec.output_tokens - 1)
-        if r.first_token_s - r.arrival_s <= engine.ttft_slo_s and itl <= engine.itl_slo_s:
-            good += 1
-    return good / len(specs)
+def goodput(result, work: list[RequestSpec], engine: EngineClass) -> float:
+    """The fraction of all requests completed within both of the class's SLOs (TTFT, and mean ITL)."""
+    return within_slo(result, work, engine.ttft_slo_s, engine.itl_slo_s)
 
 
 def run(engine: EngineClass, engines: int, prefill: int, work: list[RequestSpec], phase_s: float, control=None,
@@ -128,7 +121,7 @@ def run(engine: EngineClass, engines: int, prefill: int, work: list[RequestSpec]
                     horizon_s=2 * phase_s + 120.0, control=control)
 
 
-def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, grid: int,
+def best_fixed(engine: EngineClass, engines: int, work, phase_s: float, grid: int,
                fleet_model: str) -> tuple[int, float, int]:
     """(prefill count, goodput, runs) of the best fixed split: a grid, then every count around its best.
     When the grid's best has every request within SLO (goodput 1), nothing beats it: no refining."""
@@ -136,7 +129,7 @@ def best_fixed(engine: EngineClass, engines: int, work, specs, phase_s: float, g
 
     def score(p: int) -> float:
         if p not in tried:
-            tried[p] = goodput(run(engine, engines, p, work, phase_s, fleet_model=fleet_model), specs, engine)
+            tried[p] = goodput(run(engine, engines, p, work, phase_s, fleet_model=fleet_model), work, engine)
         return tried[p]
 
     step = max(1, (engines - 1) // grid)
@@ -163,16 +156,15 @@ def measure(engine: EngineClass, engines: int, phase_s: float, utilisation: floa
             fleet_model: str, floor_decode: int = 1) -> dict[str, Any]:
     started = time.monotonic()
     work = workload(engine, engines, phase_s, utilisation)
-    specs = {s.request_id: s for s in work}
-    fixed_p, fixed_goodput, runs = best_fixed(engine, engines, work, specs, phase_s, grid, fleet_model)
+    fixed_p, fixed_goodput, runs = best_fixed(engine, engines, work, phase_s, grid, fleet_model)
     settings = PlannerSettings(ttft_slo_s=engine.ttft_slo_s, itl_slo_s=engine.itl_slo_s, cooldown_s=120.0,
                                floor_decode=floor_decode)
     planner = PlannerControl(settings, sim_profile(engine.constants, engine.max_num_seqs, engine.itl_slo_s),
                              engine.restart_s, parallel=max(1, engines // 16))
     start_p = fixed_p  # the adaptive controllers start where the best fixed split is: what they gain is adapting
-    planner_goodput = goodput(run(engine, engines, start_p, work, phase_s, planner, fleet_model), specs, engine)
+    planner_goodput = goodput(run(engine, engines, start_p, work, phase_s, planner, fleet_model), work, engine)
     threshold = ThresholdControl(engine.restart_s)
-    threshold_goodput = goodput(run(engine, engines, start_p, work, phase_s, threshold, fleet_model), specs, engine)
+    threshold_goodput = goodput(run(engine, engines, start_p, work, phase_s, threshold, fleet_model), work, engine)
     return {
         "class": engine.name, "engines": engines, "fleet_model": fleet_model, "requests": len(work),
         "phase_s": phase_s, "utilisation": utilisation, "floor_decode": floor_decode,

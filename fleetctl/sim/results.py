@@ -8,8 +8,11 @@ workload order, and its `outcome` is one of `Outcome`; a rejected or failed requ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+
+from fleetctl.sim.requests import RequestSpec
 
 
 class Outcome(str, Enum):
@@ -71,3 +74,15 @@ class SimResult:
             if r.admitted:
                 per_s[int(r.arrival_s)] = per_s.get(int(r.arrival_s), 0) + 1
         return per_s
+
+
+def goodput(result: SimResult, workload: Sequence[RequestSpec], ttft_slo_s: float, itl_slo_s: float) -> float:
+    """The fraction of the workload's requests completed within both SLOs: TTFT, and the mean ITL over the
+    request ((finished - first token) / (output tokens - 1))."""
+    good = 0
+    for spec, r in zip(workload, result.requests):  # one result per request, in workload order
+        if r.finished_s is None or r.first_token_s is None:
+            continue
+        itl = (r.finished_s - r.first_token_s) / max(1, spec.output_tokens - 1)
+        good += r.first_token_s - r.arrival_s <= ttft_slo_s and itl <= itl_slo_s
+    return good / len(workload) if workload else 0.0

@@ -5,6 +5,7 @@
   compressed `rate` times, lengths scaled down by `LengthScaling` so a small (CPU) engine model serves it.
 - `sampled_workload(rows, rate_rps, duration_s, scaling, seed)`: Poisson arrivals at `rate_rps` with
   lengths drawn from the trace's joint (prompt, output) distribution; the same seed gives the same workload.
+- `one_after_another(first, second, at_s)`: two workloads as one, the second starting at `at_s`.
 """
 
 from __future__ import annotations
@@ -75,3 +76,9 @@ def sampled_workload(rows: Sequence[TraceRow], rate_rps: float, duration_s: floa
         requests.append(scaling.request(len(requests), t, rng.choice(rows)))
         t += rng.expovariate(rate_rps)
     return requests
+
+
+def one_after_another(first: Sequence[RequestSpec], second: Sequence[RequestSpec], at_s: float) -> list[RequestSpec]:
+    """`first`, then `second` with its arrivals moved `at_s` later and its ids following `first`'s."""
+    return [*first, *(RequestSpec(len(first) + i, at_s + r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens)
+                      for i, r in enumerate(second))]

@@ -26,7 +26,10 @@ from fleetctl.sim import (
 from fleetctl.sim.fleet import Fleet
 from fleetctl.sim.fluid import FluidFleet, simulate_fluid
 from fleetctl.sim.pd_control import PlannerControl, sim_profile
-from fleetctl.sim.workload import TRACES_DIR
+from fleetctl.sim.results import goodput
+from fleetctl.sim.workload import TRACES_DIR, one_after_another
+
+from .strategies import PROPERTY_CONSTANTS, shapes, workloads
 
 CONSTANTS = EngineConstants(prefill_tokens_per_s=128.0, decode_step_base_s=0.125, decode_step_per_seq_s=0.0625)
 EPS = 1e-9
@@ -74,31 +77,24 @@ def test_placement_goes_to_the_least_loaded_engines():
     assert placed[0] == ("p0", "d0") and placed[1] == ("p1", "d1") and placed[2][0] == "p1"
 
 
-workloads = st.lists(st.tuples(st.floats(0, 20), st.integers(1, 400), st.integers(1, 40)), max_size=30).map(
-    lambda rows: [spec(i, t, p, o) for i, (t, (_, p, o)) in enumerate(zip(sorted(r[0] for r in rows), rows))])
-shapes = st.builds(FleetShape, n_prefill=st.integers(1, 3), n_decode=st.integers(1, 3), constants=st.just(CONSTANTS),
-                   max_num_seqs=st.integers(1, 6), kv_capacity_tokens=st.integers(16, 2000),
-                   max_model_len=st.none() | st.integers(50, 500))
-
-
 @settings(max_examples=150, deadline=None)
-@given(workloads, shapes)
+@given(workloads(), shapes)
 def test_without_a_horizon_everything_within_the_context_window_completes_no_sooner_than_its_work(workload, fleet):
     result = simulate_fluid(workload, fleet, duration_s=20.0)
     assert [r.request_id for r in result.requests] == [s.request_id for s in workload]
-    fastest_step = CONSTANTS.step_s(1)
+    fastest_step = PROPERTY_CONSTANTS.step_s(1)
     for s, r in zip(workload, result.requests):
         too_long = fleet.max_model_len is not None and s.prompt_tokens + s.max_tokens > fleet.max_model_len
         assert (r.outcome is Outcome.FAILED) == too_long, r
         if r.outcome is Outcome.COMPLETED:
-            prefilled = s.arrival_s + s.prompt_tokens / CONSTANTS.prefill_tokens_per_s
+            prefilled = s.arrival_s + s.prompt_tokens / PROPERTY_CONSTANTS.prefill_tokens_per_s
             assert prefilled + fastest_step - EPS <= r.first_token_s <= r.finished_s
             assert r.finished_s >= prefilled + s.output_tokens * fastest_step - EPS
     assert result.preemptions == 0
 
 
 @settings(max_examples=60, deadline=None)
-@given(workloads, shapes, st.none() | st.floats(0, 30))
+@given(workloads(), shapes, st.none() | st.floats(0, 30))
 def test_the_same_inputs_give_the_same_result(workload, fleet, horizon_s):
     assert simulate_fluid(workload, fleet, 20.0, horizon_s=horizon_s) == simulate_fluid(workload, fleet, 20.0,
                                                                                         horizon_s=horizon_s)
@@ -131,17 +127,11 @@ def trace_workload() -> list[RequestSpec]:
                             LengthScaling(8.0, 4.0), seed=1)
     conv = sampled_workload(load_azure_trace(TRACES_DIR / "azure_llm_2023_conv.csv"), 5.0, 120.0,
                             LengthScaling(8.0, 4.0), seed=2)
-    return code + [RequestSpec(len(code) + i, 120.0 + r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens)
-                   for i, r in enumerate(conv)]
+    return one_after_another(code, conv, 120.0)
 
 
-def within_slo(result: SimResult, work: list[RequestSpec], ttft_slo_s: float = 10.0, itl_slo_s: float = 0.3) -> float:
-    good = 0
-    for s, r in zip(work, result.requests):
-        if r.finished_s is not None and r.first_token_s is not None:
-            itl = (r.finished_s - r.first_token_s) / max(1, s.output_tokens - 1)
-            good += r.first_token_s - r.arrival_s <= ttft_slo_s and itl <= itl_slo_s
-    return good / len(work)
+def within_slo(result: SimResult, work: list[RequestSpec]) -> float:
+    return goodput(result, work, ttft_slo_s=10.0, itl_slo_s=0.3)  # the reference class's SLOs
 
 
 @pytest.mark.parametrize("n_prefill", [6, 9, 11])
