@@ -184,3 +184,22 @@ def test_a_restarted_controller_continues_the_same_flip(settings: ControllerSett
     assert [f["engine"] for f in view["flips"]] == [draining[0]["engine"]]  # the same flip, no second one
     assert [e["event"] for e in view["events"]].count("flip_started") == 1
     assert final == {"chat-prefill": ("prefill", 2), "chat-decode": ("decode", 2)}
+
+
+def test_bad_planner_settings_and_profiles_are_refused_naming_the_field_and_nothing_is_stored(api: Api) -> None:
+    pd_fleet(api)
+    cases = [
+        (f"/api/v1/pd/models/{MODEL}/settings", {"cooldown_s": -1, "reason": "x"}, "cooldown_s"),
+        (f"/api/v1/pd/models/{MODEL}/settings", {"dwell_s": 4000, "reason": "x"}, "dwell_s"),
+        (f"/api/v1/pd/profiles/{REF}", {"prefill_tokens_per_s": 800, "decode_slots": 8, "decode_itl_s": 0,
+                                        "reason": "x"}, "decode_itl_s"),
+    ]
+    for path, body, field in cases:
+        response = api.call("PUT", path, role="operator", json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["error"]["field"].endswith(field), (body, response.json())
+    assert api.call("GET", "/api/v1/pd/profiles", role="viewer").json() == []
+    stored = api.call("PUT", f"/api/v1/pd/models/{MODEL}/settings", role="operator", json={"dwell_s": 10, "reason": "x"})
+    assert stored.status_code == 200, stored.text
+    # the refused cooldown was not stored: the default stands beside the dwell just set
+    assert (stored.json()["settings"]["cooldown_s"], stored.json()["settings"]["dwell_s"]) == (300.0, 10.0)
