@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,21 @@ class Bench:
                 return time.monotonic() - start
             time.sleep(every_s)
         return None
+
+    def probe_log(self, ref: str, since: datetime, engine: str | None = None) -> list[dict[str, Any]]:
+        """The probes `ref` served since `since` (of `engine` only, if given), one line each: what a drill's
+        detection time comes from (when, which stream, which prompt, at which batch, and whether it was bad)."""
+        view = self.api.canary_class(ref, limit=1000)
+        rows = []
+        for probe in view.probes:
+            at = datetime.fromisoformat(probe.at)
+            if at < since or (engine is not None and probe.engine != engine):
+                continue
+            score = probe.score
+            rows.append({"s": round((at - since).total_seconds(), 1), "kind": probe.kind, "engine": probe.engine,
+                         "condition": probe.condition, "batch": probe.batch_size, "prompt": probe.prompt_id,
+                         "bad": score.diverged if score else None, "error": probe.error})
+        return rows
 
     def recovered(self) -> bool:
         return all(s.verdict not in ALARMS for s in self.api.canary_status(model=self.model)
@@ -240,7 +255,7 @@ def misroute(bench: Bench, to: str, fraction: float, limit_s: float, label: str,
     """Runs until the production stream blames `to` (or `limit_s`): the first alert naming the class may come
     from its own pinned stream, even before the drill (a wrong class is caught at deploy, before traffic)."""
     log(f"misroute {fraction:.0%} to {to} ({label}), up to {limit_s:g}s")
-    started = time.monotonic()
+    started, started_at = time.monotonic(), datetime.now(timezone.utc)
     bench.api.start_misroute_drill(bench.model, to, fraction, limit_s + 120, reason=f"canary benchmark: {label}")
     seen: dict[str, tuple[float, Any]] = {}  # "any" / "production" -> (when, the alert)
 
@@ -265,7 +280,8 @@ def misroute(bench: Bench, to: str, fraction: float, limit_s: float, label: str,
               "alert": first_alert[1].message if first_alert else None,
               "production_detect_s": production[0] - started if production else None,
               "production_alert": production[1].message if production else None,
-              "drill_s": time.monotonic() - started}
+              "drill_s": time.monotonic() - started,
+              "probes": bench.probe_log(to, started_at - timedelta(seconds=started - ready_at))}
     result["recover_s"] = bench.wait(bench.recovered, bench.args.recover_s)
     log(f"  first alert after {result['detect_s']}s ({result['stream']}); production after "
         f"{result['production_detect_s']}s; recovered after {result['recover_s']}s")
@@ -288,7 +304,7 @@ def plants(bench: Bench) -> list[dict[str, Any]]:
         engine = bench.ready(bench.a)[0]
         first = bench.last_event_id()
         log(f"plant {fault} in {engine}, up to {bench.args.drill_s:g}s")
-        started = time.monotonic()
+        started, started_at = time.monotonic(), datetime.now(timezone.utc)
         bench.api.start_plant_drill(engine, fault, bench.args.drill_s + 300, reason=f"canary benchmark: {fault}")
         found: list[Any] = []
         try:
@@ -300,7 +316,8 @@ def plants(bench: Bench) -> list[dict[str, Any]]:
         finally:
             bench.api.stop_all_drills(reason="canary benchmark: drill over")
         result = {"fault": fault, "engine": engine, "detect_s": detected, "alert": found[0].message if found else None,
-                  "stream": found[0].kind if found else None, "drill_s": time.monotonic() - started}
+                  "stream": found[0].kind if found else None, "drill_s": time.monotonic() - started,
+                  "probes": bench.probe_log(bench.a, started_at, engine)}
         result["recover_s"] = bench.wait(lambda: len(bench.ready(bench.a)) == bench.args.nodes and bench.recovered(),
                                          bench.args.recover_s)
         log(f"  detected after {detected}s; recovered after {result['recover_s']}s")

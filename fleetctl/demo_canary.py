@@ -26,7 +26,7 @@ from fleetctl.localfleet.processes import child_env, fleetctl_argv
 GOLDEN = "smollm2-quick"  # the short-answer prompts of the shipped SmolLM2 set
 PROBE_ENV = {
     "FLEET_CANARY_PRODUCTION_INTERVAL_S": "0.25",
-    "FLEET_CANARY_PINNED_INTERVAL_S": "30",  # pinned probes carry fillers: rarely, on a 2-core machine
+    "FLEET_CANARY_PINNED_INTERVAL_S": "30",  # a pinned probe is a batch of golden prompts: rarely, on a 2-core machine
     "FLEET_CANARY_FLOOR_INTERVAL_S": "0.5",  # the demo fleet is idle by now: no busy capacity to budget against
     "FLEET_CANARY_BUDGET_SHARE": "1",
     "FLEET_CANARY_BATCH_CONDITIONS": "1,4",

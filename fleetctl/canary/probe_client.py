@@ -10,12 +10,13 @@ the engine's batch-size report (`{"fleet": {"batch_size_max"}}`; None where the 
 
 Batch conditions: with `fillers` > 0, that many streamed filler requests with the same pin go first, sampling
 at temperature 1.0 with a seed and twice the probe's max_tokens, so they are still decoding while the probe
-runs. With an engine pinned (`x-fleet-pin-engine`, how the controller's probes go) a filler is a completion of a
-few tokens (FILLER_PROMPT) on that engine: what makes the batch is its row, not its prompt, and a short one
-costs a few tokens instead of the golden prompt's tens. Without one (nothing else pins the engine) a filler
-repeats the probe's prompt, so prefix-cache locality sends it to the engine that will serve the probe. The probe
-is sent once each filler has streamed its first token, and the fillers are cancelled when it returns (closing
-a stream aborts the request on the engine). Fillers are marked `x-fleet-probe: filler`.
+runs (how `fleetctl canary record` measures a class's noise at a batch condition; the controller's pinned
+probes make their batch of golden prompts instead). With an engine pinned (`x-fleet-pin-engine`) a filler is
+a completion of a few tokens (FILLER_PROMPT) on that engine: what makes the batch is its row, not its prompt,
+and a short one costs a few tokens instead of the golden prompt's tens. Without one (nothing else pins the
+engine) a filler repeats the probe's prompt, so prefix-cache locality sends it to the engine that will serve
+the probe. The probe is sent once each filler has streamed its first token, and the fillers are cancelled when
+it returns (closing a stream aborts the request on the engine). Fillers are marked `x-fleet-probe: filler`.
 
 `prompt_token_count` asks the gateway's /fleet/route/explain (nothing is sent to an engine) how many tokens
 the prompt is on the serving path, chat template included, for checking a golden set against a class's window.
@@ -43,7 +44,7 @@ from fleetctl.errors import FleetError
 PIN_HEADER = "x-fleet-pin-class"
 SERVED_BY_HEADER = "x-fleet-served-by"
 FILLER = "filler"  # the x-fleet-probe value of a filler request
-FILLER_PROMPT = "1, 2, 3,"  # an engine-pinned filler's prompt: a few tokens (schedule.FILLER_PROMPT_TOKENS)
+FILLER_PROMPT = "1, 2, 3,"  # an engine-pinned filler's prompt: a few tokens
 TOKEN_ID_PREFIX = "token_id:"
 
 ProbeFailure = Literal["status", "timeout", "unreachable", "malformed", "filler"]

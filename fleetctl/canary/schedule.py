@@ -2,12 +2,15 @@
 
 Streams. Each model with a reference has:
 - one pinned stream per (live class revision, batch condition): its golden prompts pinned to
-  that revision, each with `condition - 1` concurrent fillers, every `pinned_interval_s`. Live means the
-  revision has ready engines, whatever its traffic weight (a rollout's new revision at weight 0 is measured
-  before it takes traffic);
+  that revision, `condition` of them at a time sent together to one engine, every `pinned_interval_s`. The
+  rows of the batch are golden prompts, each scored, not fillers: a fault that shows only at batch 4 can show
+  in every row, so a batch-4 probe is four observations at about 1.5 times what one golden prompt with three
+  short fillers cost. Live means the revision has ready engines, whatever its traffic weight (a rollout's new
+  revision at weight 0 is measured before it takes traffic);
 - one production stream: its golden prompts through the gateway unpinned, every `production_interval_s`.
 A revision whose reference is missing has no pinned streams; a model without any reference has no streams.
-Each stream walks its prompts in order (`next_index`), so every prompt is probed at every condition in turn.
+Each stream walks its prompts in order (`next_index`, advanced by the rows sent), so every prompt is probed at
+every condition in turn.
 
 Urgent streams. A pinned stream is urgent while it is *warming* (fewer than `min_probes` scored probes: a
 new revision, which a rollout step waits on) or *suspect* (its statistic is above 0, i.e. bad probes that the
@@ -20,7 +23,7 @@ configured interval), and a stream's mean interval stays well above the configur
 
 Budget. Probes may cost `budget_share` of the fleet's busy capacity (the peak served tokens/s the fleet
 reached lately, canary_capacity.py): `allowed` tokens/s. What the streams would cost at their configured
-intervals (`demand`: each stream's mean tokens per probe, fillers included, over its interval) is compared
+intervals (`demand`: each stream's mean tokens per probe, every row of a batch, over its interval) is compared
 with it. The floor comes first: every live revision gets at least one pinned probe per `floor_interval_s`
 (its batch conditions in turn, so each condition's stream at most len(conditions) x floor_interval_s apart),
 every model a production probe per `floor_interval_s`, and what that costs is set aside. The urgent streams
@@ -56,8 +59,6 @@ from typing import Literal
 from fleetctl.canary.types import BATCH_CONDITIONS, GoldenPrompt, ProbeKind, StreamKey, StreamState
 
 FIT_STEPS = 60  # bisection steps of fit_factor (the factor to about 1e-18 of its range)
-FILLER_EXTRA_TOKENS = 16  # what a filler decodes besides the probe's completion: before the probe starts, and after
-FILLER_PROMPT_TOKENS = 8  # an engine-pinned filler's prompt (probe_client.FILLER_PROMPT), rounded up
 CHAT_MESSAGE_TOKENS = 8  # what a chat template adds per message, roughly (for the estimate below)
 
 
@@ -87,6 +88,9 @@ class ModelTargets:
 class StreamHistory:
     last_sent: datetime | None = None
     next_index: int = 0  # the prompt to send next (modulo the stream's prompts)
+    # its newest probe failed (nothing scored, no tokens spent): due again at its configured interval, not the
+    # budget's stretched one, so a new revision the gateways did not route yet is measured soon after they do
+    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class ScheduleSnapshot:
     enabled: bool  # the canary_probes flag
     models: tuple[ModelTargets, ...]
     streams: Mapping[StreamKey, StreamHistory] = field(default_factory=dict)  # absent: never probed
-    spent_tokens: float = 0.0  # probe tokens (fillers included) sent in the trailing budget window
+    spent_tokens: float = 0.0  # probe tokens (every row) sent in the trailing budget window
     busy_capacity: float = 0.0  # the fleet's busy capacity, served tokens/s; 0: not measured (idle)
     in_flight: frozenset[StreamKey] = frozenset()  # streams with no free slot (a pinned one: its one probe)
     in_flight_count: int | None = None  # probes in flight in all; None: len(in_flight)
@@ -134,18 +138,23 @@ class PlannedProbe:
     model: str
     kind: ProbeKind
     pin: str | None  # the class revision (x-fleet-pin-class); None on the production path
-    fillers: int  # concurrent filler requests: the stream's batch condition - 1
-    prompt: GoldenPrompt
-    expected_tokens: int  # what it should cost, fillers included (an upper bound)
+    prompt: GoldenPrompt  # the batch's first row
+    expected_tokens: int  # what it should cost, every row (an upper bound)
     engine: str | None = None  # pinned: the engine of the revision it must be served by (x-fleet-pin-engine)
+    companions: tuple[GoldenPrompt, ...] = ()  # the batch's other rows, sent together with `prompt`, each scored
 
     @property
     def prompt_id(self) -> str:
         return self.prompt.id
 
     @property
+    def prompts(self) -> tuple[GoldenPrompt, ...]:
+        """Every row of the batch, in the stream's walk order."""
+        return (self.prompt, *self.companions)
+
+    @property
     def condition(self) -> int:
-        """The batch condition it is planned at (production: 1, no fillers)."""
+        """The batch condition it is planned at (production: 1, a single row)."""
         return self.stream.condition or 1
 
 
@@ -177,23 +186,12 @@ class Stream:
     lane: int = 0
 
     @property
-    def fillers(self) -> int:
-        return max(0, (self.key.condition or 1) - 1)
+    def rows(self) -> int:
+        """Golden prompts per probe: a pinned stream's batch condition (they make its batch), else 1."""
+        return self.key.condition or 1
 
 
 # --- costs ---------------------------------------------------------------------------------------------------
-
-def filler_tokens(completion_tokens: int) -> int:
-    """What one filler costs: its short prompt (pinned probes pin the engine, so the fillers need not repeat the
-    golden prompt) and about as many tokens as the probe decodes, since it starts decoding just before the probe
-    and is cancelled when the probe returns (its max_tokens is only a ceiling that keeps it going)."""
-    return FILLER_PROMPT_TOKENS + completion_tokens + FILLER_EXTRA_TOKENS
-
-
-def probe_tokens(prompt_tokens: int, completion_tokens: int, fillers: int) -> int:
-    """A probe's cost with its fillers: the planned cost (max_tokens as the completion) or, from a stored
-    probe's counts, what it cost (its fillers estimated as above)."""
-    return prompt_tokens + completion_tokens + fillers * filler_tokens(completion_tokens)
 
 
 def estimate_prompt_tokens(prompt: GoldenPrompt) -> int:
@@ -205,12 +203,19 @@ def estimate_prompt_tokens(prompt: GoldenPrompt) -> int:
     return len(prompt.prompt or "") // 4 + 1
 
 
-def slot_tokens(slot: PromptSlot, fillers: int) -> int:
-    return probe_tokens(slot.prompt_tokens, slot.prompt.sampling.max_tokens, fillers)
+def slot_tokens(slot: PromptSlot) -> int:
+    """One row's planned cost: its prompt and max_tokens (an upper bound on its completion)."""
+    return slot.prompt_tokens + slot.prompt.sampling.max_tokens
 
 
 def mean_probe_tokens(stream: Stream) -> float:
-    return sum(slot_tokens(s, stream.fillers) for s in stream.prompts) / len(stream.prompts)
+    return stream.rows * sum(slot_tokens(s) for s in stream.prompts) / len(stream.prompts)
+
+
+def batch_slots(stream: Stream, index: int) -> list[PromptSlot]:
+    """The rows of the stream's probe at walk position `index`: the next `rows` prompts, wrapping around (a
+    set with fewer prompts than rows repeats some)."""
+    return [stream.prompts[(index + row) % len(stream.prompts)] for row in range(stream.rows)]
 
 
 # --- streams, budget, plan -----------------------------------------------------------------------------------
@@ -374,36 +379,43 @@ def seconds_to_next_due(snapshot: ScheduleSnapshot, params: ScheduleParams) -> f
     for stream in streams(snapshot, params):
         if stream.key in snapshot.in_flight:
             continue
-        last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
-        if last is None:
+        history = snapshot.streams.get(stream.key, StreamHistory())
+        if history.last_sent is None:
             return 0.0
-        interval = effective_interval(stream.interval_s, budget.factor_for(stream.key), stream.floor_s)
-        waits.append(max(0.0, interval - (snapshot.now - last).total_seconds()))
+        interval = stream_interval(stream, history, budget.factor_for(stream.key))
+        waits.append(max(0.0, interval - (snapshot.now - history.last_sent).total_seconds()))
     return min(waits, default=None)
 
 
 def _overdue_s(snapshot: ScheduleSnapshot, stream: Stream, factor: float, params: ScheduleParams) -> float | None:
     """Seconds past due (inf: never probed); None when not due."""
-    last = snapshot.streams.get(stream.key, StreamHistory()).last_sent
-    if last is None:
+    history = snapshot.streams.get(stream.key, StreamHistory())
+    if history.last_sent is None:
         return math.inf
-    interval = effective_interval(stream.interval_s, factor, stream.floor_s)
-    overdue = (snapshot.now - last).total_seconds() - interval
+    overdue = (snapshot.now - history.last_sent).total_seconds() - stream_interval(stream, history, factor)
     return overdue if overdue >= 0 else None
+
+
+def stream_interval(stream: Stream, history: StreamHistory, factor: float) -> float:
+    """The stream's interval now: stretched by the budget's factor, unless its newest probe failed."""
+    if history.failed:
+        return stream.interval_s
+    return effective_interval(stream.interval_s, factor, stream.floor_s)
 
 
 def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
     index = snapshot.streams.get(stream.key, StreamHistory()).next_index
-    slot = stream.prompts[index % len(stream.prompts)]
+    first, *others = batch_slots(stream, index)
     key = stream.key
-    return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, fillers=stream.fillers,
-                        prompt=slot.prompt, expected_tokens=slot_tokens(slot, stream.fillers),
-                        engine=pinned_engine(snapshot, key, index, stream.urgent, stream.lane))
+    return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, prompt=first.prompt,
+                        expected_tokens=slot_tokens(first) + sum(slot_tokens(s) for s in others),
+                        engine=pinned_engine(snapshot, key, index // stream.rows, stream.urgent, stream.lane),
+                        companions=tuple(s.prompt for s in others))
 
 
 def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent: Urgency | None = None,
                   lane: int = 0) -> str | None:
-    """A pinned probe walks its revision's engines with its prompts (the i-th prompt of the rotation goes to
+    """A pinned probe walks its revision's engines with its prompts (the i-th batch of the rotation goes to
     engine (i + lane) mod n, `lane` the stream's place among its revision's): prefix-cache locality would
     otherwise send a golden prompt to the engine that has it cached every time, and a fault on another
     engine of the class would go unseen. A suspect stream goes to

@@ -230,7 +230,7 @@ async def _count_tokens(gateway: str, golden_set: GoldenSet, ref: str, headers: 
 async def _record(gateway: str, golden_set: GoldenSet, ref: str, digest: str, headers: dict[str, str],
                   repetitions: int, conditions: list[int], timeout_s: float, engines: list[str]) -> Reference:
     """Each run pinned to the revision's engines in turn, as the controller's pinned probes are (so the noise
-    recorded is the class's across its engines, and the fillers are the short ones the probes use)."""
+    recorded is the class's across its engines); a run at batch condition c has c - 1 short fillers beside it."""
     limits = httpx.Limits(max_connections=max(conditions) + 4)
     runs = itertools.count()
     async with httpx.AsyncClient(limits=limits) as http:

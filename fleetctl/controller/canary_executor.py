@@ -3,10 +3,11 @@
 `ProbeExecutor` owns one background thread running its own asyncio loop and one httpx.AsyncClient.
 `submit` hands it planned probes (schedule.PlannedProbe, each with the gateway to send it through) and
 returns at once; each probe then runs as its own task:
-1. `send` (default `fleetctl.canary.probe_client.send_probe`) sends the golden prompt through the gateway,
-   pinned or on the production path, with its fillers, and returns a ProbeOutput or raises;
-2. in a worker thread, in a session of its own: the reference the serving class revision is judged against
-   (`canary_refs.reference_for`), the score (`scoring.score_probe`), and one canary_probes row.
+1. `send` (default `fleetctl.canary.probe_client.send_probe`) sends each golden prompt of the probe through
+   the gateway, pinned or on the production path, all rows of a batch probe at once (they make the batch it
+   measures), and returns a ProbeOutput per row or raises;
+2. in a worker thread, in a session of its own: per row, in order, the reference the serving class revision is
+   judged against (`canary_refs.reference_for`), the score (`scoring.score_probe`), and one canary_probes row.
 A probe that failed (an error from the gateway, a timeout, an answer that cannot be scored) is still a row,
 with `error` set and no score: the verdicts skip it, and the history shows it.
 A stream stays in `in_flight` from `submit` until its row is stored, so the scheduler never plans it twice;
@@ -17,11 +18,11 @@ its batch.
 
 The row's condition is the batch condition the engine reported serving the probe at (types.condition_for
 of its batch size) when it reported one, else the planned one (vLLM does not report it: the probe relies
-on the fillers it sent).
+on the rows it sent together).
 
 Metrics (on the controller's registry): `fleet_canary_probes_total{model,kind,result}` (result ok | error)
-and `fleet_canary_probe_tokens_total{model,kind}` (prompt and completion tokens, fillers estimated as the
-budget counts them: schedule.probe_tokens); the reconciler sets `fleet_canary_probe_share`.
+and `fleet_canary_probe_tokens_total{model,kind}` (prompt and completion tokens, as the budget counts
+them); the reconciler sets `fleet_canary_probe_share`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import logging
 import threading
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -38,9 +40,10 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.orm import Session
 
-from fleetctl.canary.schedule import PlannedProbe, probe_tokens
+from fleetctl.canary.schedule import PlannedProbe
 from fleetctl.canary.scoring import score_probe
-from fleetctl.canary.types import ConditionNoise, ProbeOutput, ProbeRecord, PromptReference, StreamKey, condition_for
+from fleetctl.canary.types import (ConditionNoise, GoldenPrompt, ProbeOutput, ProbeRecord, PromptReference, StreamKey,
+                                   condition_for)
 from fleetctl.controller.canary_refs import ChosenReference, reference_for
 from fleetctl.controller.db import Store
 from fleetctl.controller.models import CanaryProbe
@@ -64,23 +67,16 @@ async def default_send(client: httpx.AsyncClient, gateway_url: str, model: str, 
 
 class CanaryProbeMetrics:
     def __init__(self, registry: CollectorRegistry):
-        self.share = Gauge("fleet_canary_probe_share", "Probe tokens per second (fillers included) over the "
+        self.share = Gauge("fleet_canary_probe_share", "Probe tokens per second (every row) over the "
                            "fleet's busy capacity, over the budget window.", registry=registry)
         self.probes = Counter("fleet_canary_probes", "Canary probes sent, by outcome (ok: scored; error: "
                               "failed or not scorable).", ["model", "kind", "result"], registry=registry)
-        self.tokens = Counter("fleet_canary_probe_tokens", "Tokens canary probes cost (fillers estimated).",
+        self.tokens = Counter("fleet_canary_probe_tokens", "Tokens canary probes cost (prompt and completion).",
                               ["model", "kind"], registry=registry)
 
     def count(self, record: ProbeRecord) -> None:
         self.probes.labels(record.model, record.kind, OK if record.error is None else ERROR).inc()
-        tokens = probe_tokens(record.prompt_tokens, record.completion_tokens, fillers_of(record.kind, record.condition))
-        self.tokens.labels(record.model, record.kind).inc(tokens)
-
-
-def fillers_of(kind: str, condition: int) -> int:
-    """The fillers a stored probe is counted with: a pinned probe's condition - 1 (an estimate when the
-    engine reported a batch larger than the fillers made), none on the production path."""
-    return max(0, condition - 1) if kind == "pinned" else 0
+        self.tokens.labels(record.model, record.kind).inc(record.prompt_tokens + record.completion_tokens)
 
 
 # --- one probe's row ------------------------------------------------------------------------------------------
@@ -169,7 +165,7 @@ class ProbeExecutor:
     def __init__(self, store: Store, send: SendProbe | None = None, *, headers: Mapping[str, str] | None = None,
                  timeout_s: float = 60.0, metrics: CanaryProbeMetrics | None = None, production_slots: int = 1):
         """`headers` go with every probe (the gateway's API key, when it requires one); `timeout_s` is
-        one probe's, fillers included."""
+        one probe's, every row of a batch included."""
         self.store = store
         self.send = send or default_send
         self.headers = dict(headers or {})
@@ -181,7 +177,7 @@ class ProbeExecutor:
         self._in_flight: Tally[StreamKey] = Tally()
         self._engines: Tally[str] = Tally()  # pinned probes in flight per engine they are pinned to
         # The production stream may have several probes in flight, so its rate is not capped at one probe per
-        # probe latency; a pinned stream has one (its fillers already make the batch it measures).
+        # probe latency; a pinned stream has one (its rows already make the batch it measures).
         self.production_slots = max(1, production_slots)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
@@ -285,20 +281,9 @@ class ProbeExecutor:
 
     async def _run(self, planned: PlannedProbe, gateway_url: str, at: datetime) -> None:
         try:
-            try:
-                assert self._client is not None
-                output = await asyncio.wait_for(
-                    self.send(self._client, gateway_url, planned.model, planned.prompt, kind=planned.kind,
-                              pin=planned.pin, engine=planned.engine, fillers=planned.fillers, headers=self.headers,
-                              timeout_s=self.timeout_s),
-                    self.timeout_s + TIMEOUT_GRACE_S)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure is the probe's outcome, stored; never the loop's end
-                log.info("canary probe %s %s failed: %s", planned.stream.label(), planned.prompt_id, describe(exc))
-                await asyncio.to_thread(self._store, planned, None, describe(exc), at)
-            else:
-                await asyncio.to_thread(self._store, planned, output, None, at)
+            rows = [row_probe(planned, prompt) for prompt in planned.prompts]
+            outcomes = await asyncio.gather(*(self._send_row(row, gateway_url) for row in rows))
+            await asyncio.to_thread(self._store_rows, list(zip(rows, outcomes)), at)
         finally:
             with self._idle:
                 self._in_flight[planned.stream] -= 1
@@ -308,19 +293,43 @@ class ProbeExecutor:
                     self._engines += Tally()
                 self._idle.notify_all()
 
-    def _store(self, planned: PlannedProbe, output: ProbeOutput | None, error: str | None, at: datetime) -> None:
+    async def _send_row(self, row: PlannedProbe, gateway_url: str) -> ProbeOutput | str:
+        """One row's answer, or why it failed (one line)."""
+        try:
+            assert self._client is not None
+            return await asyncio.wait_for(
+                self.send(self._client, gateway_url, row.model, row.prompt, kind=row.kind, pin=row.pin,
+                          engine=row.engine, headers=self.headers, timeout_s=self.timeout_s),
+                self.timeout_s + TIMEOUT_GRACE_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure is the row's outcome, stored; never the loop's end
+            log.info("canary probe %s %s failed: %s", row.stream.label(), row.prompt_id, describe(exc))
+            return describe(exc)
+
+    def _store_rows(self, rows: Sequence[tuple[PlannedProbe, ProbeOutput | str]], at: datetime) -> None:
+        """One row each, in the walk's order (the stream resumes its walk after the last stored prompt)."""
+        for row, outcome in rows:
+            self._store(row, outcome, at)
+
+    def _store(self, row: PlannedProbe, outcome: ProbeOutput | str, at: datetime) -> None:
         try:
             with self.store.session() as session:
-                record = failed_record(planned, at, error or "") if output is None else \
-                    scored_record(session, planned, output, at)
+                record = failed_record(row, at, outcome) if isinstance(outcome, str) else \
+                    scored_record(session, row, outcome, at)
                 insert_probe(session, record)
         except Exception:  # the store is down: this probe is lost; the stream is due again and retried
-            log.exception("storing canary probe %s %s failed", planned.stream.label(), planned.prompt_id)
+            log.exception("storing canary probe %s %s failed", row.stream.label(), row.prompt_id)
             return
         with self._lock:
             self.stored += 1
         if self.metrics is not None:
             self.metrics.count(record)
+
+
+def row_probe(planned: PlannedProbe, prompt: GoldenPrompt) -> PlannedProbe:
+    """One row of a batch probe as a probe of its own: stored, scored and counted per golden prompt."""
+    return replace(planned, prompt=prompt, companions=())
 
 
 def _pins_engine(planned: PlannedProbe) -> bool:

@@ -55,7 +55,6 @@ from fleetctl.canary.schedule import (
     longest_floor_interval,
     next_index_after,
     plan,
-    probe_tokens,
     revision_keys,
     seconds_to_next_due,
     stream_urgency,
@@ -64,7 +63,7 @@ from fleetctl.canary.types import PROBES_FLAG, GoldenPrompt, GoldenSet, ProbeRec
 from fleetctl.canary.verdict import is_bad
 from fleetctl.controller import flags
 from fleetctl.controller.canary_capacity import ServedCapacity, read_engines
-from fleetctl.controller.canary_executor import CanaryProbeMetrics, ProbeExecutor, SendProbe, fillers_of
+from fleetctl.controller.canary_executor import CanaryProbeMetrics, ProbeExecutor, SendProbe
 from fleetctl.controller.canary_refs import reference_for
 from fleetctl.controller.canary_streams import load_streams, probes_by_id
 from fleetctl.controller.db import Store
@@ -232,7 +231,8 @@ def decide_probes(snapshot: CanaryProbeSnapshot, params: ScheduleParams) -> Cana
     budget = budget_state(schedule, params)
     planned = plan(schedule, params) if snapshot.gateways else []
     paired = tuple((p, choose_gateway(snapshot.gateways, p, schedule)) for p in planned)
-    next_index = {p.stream: schedule.streams.get(p.stream, StreamHistory()).next_index + 1 for p in planned}
+    next_index = {p.stream: schedule.streams.get(p.stream, StreamHistory()).next_index + len(p.prompts)
+                  for p in planned}
     # as if what is in flight were done: each stream is next due at its interval after it was sent
     after = replace(schedule, in_flight=frozenset(), in_flight_count=0, busy_engines=frozenset(),
                     streams={**schedule.streams, **{p.stream: StreamHistory(schedule.now, next_index[p.stream])
@@ -320,6 +320,7 @@ class StoredProbe:
     prompt_id: str
     prompt_tokens: int
     completion_tokens: int
+    failed: bool = False  # stored with an error, unscored
 
     @property
     def stream(self) -> StreamKey:
@@ -331,14 +332,14 @@ class StoredProbe:
 def recent_probes(session: Session, since: datetime) -> list[StoredProbe]:
     rows = session.execute(
         select(CanaryProbe.id, CanaryProbe.at, CanaryProbe.model, CanaryProbe.kind, CanaryProbe.class_ref,
-               CanaryProbe.condition, CanaryProbe.prompt_id, CanaryProbe.prompt_tokens, CanaryProbe.completion_tokens)
+               CanaryProbe.condition, CanaryProbe.prompt_id, CanaryProbe.prompt_tokens, CanaryProbe.completion_tokens,
+               CanaryProbe.error)
         .where(CanaryProbe.at >= since).order_by(CanaryProbe.id)).tuples()
-    return [StoredProbe(*row) for row in rows]
+    return [StoredProbe(*row[:-1], failed=row[-1] is not None) for row in rows]
 
 
 def spent_tokens(probes: Sequence[StoredProbe], since: datetime) -> float:
-    return float(sum(probe_tokens(p.prompt_tokens, p.completion_tokens, fillers_of(p.kind, p.condition))
-                     for p in probes if p.at >= since))
+    return float(sum(p.prompt_tokens + p.completion_tokens for p in probes if p.at >= since))
 
 
 def prompt_tokens_seen(probes: Sequence[StoredProbe]) -> dict[tuple[str, str], int]:
@@ -362,10 +363,14 @@ def load_history(probes: Sequence[StoredProbe], models: Sequence[ModelTargets],
     history: dict[StreamKey, StreamHistory] = {}
     for key, probe in last.items():
         slots = production.get(key.model, ()) if key.kind == "production" else pinned.get((key.model, key.class_ref or ""), ())
-        history[key] = StreamHistory(probe.at, next_index_after(slots, probe.prompt_id))
+        history[key] = StreamHistory(probe.at, next_index_after(slots, probe.prompt_id), probe.failed)
     for key, mine in planned.items():
-        times = [t for t in (mine.last_sent, history.get(key, StreamHistory()).last_sent) if t is not None]
-        history[key] = StreamHistory(max(times, default=None), mine.next_index)
+        stored = history.get(key, StreamHistory())
+        times = [t for t in (mine.last_sent, stored.last_sent) if t is not None]
+        # the stored row's failure counts while it is the newest probe (a later one is still in flight)
+        failed = stored.failed and (mine.last_sent is None or stored.last_sent is not None
+                                    and stored.last_sent >= mine.last_sent)
+        history[key] = StreamHistory(max(times, default=None), mine.next_index, failed)
     return history
 
 

@@ -39,7 +39,11 @@ class DesignSettings:
                    settings.canary_production_interval_s)
 
     def interval_s(self, key: StreamKey) -> float:
-        return self.pinned_interval_s if key.kind == "pinned" else self.production_interval_s
+        """Seconds between the stream's observations at its configured rate: a pinned probe at batch
+        condition c is c scored rows at once, so its stream sees c observations per pinned interval."""
+        if key.kind == "pinned":
+            return self.pinned_interval_s / (key.condition or 1)
+        return self.production_interval_s
 
 
 def designs_for(key: StreamKey, p0: float | None, answer_p0: float | None, settings: DesignSettings) -> StreamDesigns | None:

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetctl.canary.schedule import (
-    FILLER_PROMPT_TOKENS,
     ModelTargets,
     PromptSlot,
     ScheduleParams,
@@ -27,7 +26,6 @@ from fleetctl.canary.schedule import (
     mean_probe_tokens,
     next_index_after,
     plan,
-    probe_tokens,
     seconds_to_next_due,
     stream_urgency,
     streams,
@@ -70,17 +68,23 @@ def test_every_stream_is_planned_once_when_nothing_was_sent_production_first() -
     planned = plan(snap({A: PROMPTS, B: PROMPTS}), PARAMS)
     assert keys(planned) == [PROD, pinned(A, 1), pinned(A, 4), pinned(B, 1), pinned(B, 4)]
     prod, a1, a4 = planned[0], planned[1], planned[2]
-    assert (prod.kind, prod.pin, prod.fillers, prod.condition) == ("production", None, 0, 1)
-    assert (a1.kind, a1.pin, a1.fillers) == ("pinned", A, 0)
-    assert (a4.pin, a4.fillers, a4.condition) == (A, 3, 4)
+    assert (prod.kind, prod.pin, prod.condition, len(prod.prompts)) == ("production", None, 1, 1)
+    assert (a1.kind, a1.pin, len(a1.prompts)) == ("pinned", A, 1)
+    assert (a4.pin, a4.condition) == (A, 4)
     assert {p.prompt_id for p in planned} == {"p0"}
 
 
-def test_expected_tokens_count_the_fillers() -> None:
+def test_a_batch_probe_is_that_many_golden_prompts_in_walk_order_wrapping_around() -> None:
+    a4 = plan(snap(streams={pinned(A, 4): ago(600, next_index=2)}), PARAMS)[2]
+    assert a4.stream == pinned(A, 4)
+    # the batch's rows are the stream's next 4 prompts: p2, then p0, p1, p2 again (3 prompts in the set)
+    assert [p.id for p in a4.prompts] == ["p2", "p0", "p1", "p2"]
+
+
+def test_expected_tokens_count_every_row() -> None:
     a1, a4 = plan(snap(), PARAMS)[1:3]
     assert a1.expected_tokens == 10 + 10  # prompt + max_tokens
-    # a filler: its short prompt, the probe's completion and what it decodes around it (not the golden prompt)
-    assert a4.expected_tokens == 20 + 3 * (FILLER_PROMPT_TOKENS + 10 + 16) == probe_tokens(10, 10, 3)
+    assert a4.expected_tokens == 4 * (10 + 10)  # four golden rows, each its prompt and max_tokens
 
 
 def test_the_flag_off_plans_nothing() -> None:
@@ -140,7 +144,7 @@ def test_prompts_rotate_per_stream() -> None:
     assert next_index_after(PROMPTS, "gone") == 0
 
 
-B4 = probe_tokens(10, 10, 3)  # a b4 probe of the 10-token prompt: 20 + 3 fillers
+B4 = 4 * 20  # a b4 probe of the 10-token prompts: four rows of 10 + 10
 
 
 def test_within_the_budget_nothing_is_stretched() -> None:
@@ -205,7 +209,7 @@ def test_with_the_default_share_the_production_stream_gets_80_percent_of_what_is
     assert cost(pinned_, state.pinned_factor) == pytest.approx(PINNED_AT_FLOOR + 0.2 * left)
     # what one side does not want goes to the other: pinned streams that want less than 20% leave the rest
     tiny = (PromptSlot(GoldenPrompt(id="t", prompt="x", sampling=Sampling(max_tokens=1)), 1),)
-    alone = ScheduleParams(**{**SPLIT.__dict__, "conditions": (1,)})  # a b1 stream of it alone: no fillers
+    alone = ScheduleParams(**{**SPLIT.__dict__, "conditions": (1,)})  # a b1 stream of it alone: one row
     state = budget_state(snap({A: tiny}, busy_capacity=(floor + left) / 0.02), alone)
     assert state.pinned_factor == 1.0 and 1.0 < state.factor < math.inf
 
@@ -353,8 +357,8 @@ def test_pinned_probes_walk_the_revisions_engines_and_the_production_path_pins_n
     targets = ModelTargets("m", {A: PROMPTS}, PROMPTS, engines={A: ("e1", "e2")})
     base = ScheduleSnapshot(now=NOW, enabled=True, models=(targets,), busy_capacity=1e9)
     seen = []
-    for index in range(4):
-        history = {key: ago(1e6, index) for key in (PROD, pinned(A, 1), pinned(A, 4))}
+    for turn in range(4):  # the b4 stream's walk moves 4 prompts a turn (4 rows each)
+        history = {PROD: ago(1e6, turn), pinned(A, 1): ago(1e6, turn), pinned(A, 4): ago(1e6, 4 * turn)}
         planned = {p.stream: p for p in plan(ScheduleSnapshot(**{**base.__dict__, "streams": history}), PARAMS)}
         assert planned[PROD].engine is None
         seen.append((planned[pinned(A, 1)].engine, planned[pinned(A, 4)].engine))
@@ -385,3 +389,17 @@ def test_the_probes_in_flight_count_against_the_concurrency_whatever_their_strea
     planned = plan(snap(in_flight=frozenset(), in_flight_count=2), params)
     assert keys(planned) == [PROD]
     assert plan(snap(in_flight=frozenset(), in_flight_count=3), params) == []
+
+
+def test_a_stream_whose_newest_probe_failed_is_due_again_at_its_configured_interval_not_the_stretched_one() -> None:
+    """No capacity measured: every stream is stretched to its floor (pinned: 2 conditions x 120 s). A stream
+    whose probe failed (say, the gateways did not route a new revision yet) spent nothing and retries at its
+    own interval."""
+    history = {PROD: ago(30), pinned(A, 1): ago(61), pinned(A, 4): StreamHistory(NOW - timedelta(seconds=61), 0, True)}
+    snapshot = snap(busy_capacity=0.0, streams=history)
+    assert keys(plan(snapshot, PARAMS)) == [pinned(A, 4)]  # 61 s > its 60 s; b1 waits for its 240 s floor
+    # sent 1 s ago: a good probe leaves the production stream's floor (120 - 30 s) the next due; a failed one
+    # its own 60 s interval
+    assert seconds_to_next_due(snap(busy_capacity=0.0, streams={**history, pinned(A, 4): ago(1)}), PARAMS) == 90.0
+    retrying = {**history, pinned(A, 4): StreamHistory(NOW - timedelta(seconds=1), 0, True)}
+    assert seconds_to_next_due(snap(busy_capacity=0.0, streams=retrying), PARAMS) == 59.0

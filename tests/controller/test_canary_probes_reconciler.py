@@ -13,6 +13,7 @@ old probes pruned."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter as Tally
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -25,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_helpers import MODEL, R1, R2, Agent, served_by_r1
 from sqlalchemy import select
 
-from fleetctl.canary.schedule import FILLER_EXTRA_TOKENS, FILLER_PROMPT_TOKENS, budget_state
+from fleetctl.canary.schedule import budget_state
 from fleetctl.canary.types import (
     ConditionNoise, GoldenPrompt, GoldenSet, ProbeOutput, PromptReference, Reference, Sampling, StreamKey,
 )
@@ -48,12 +49,14 @@ SETTLE_S = 10.0
 
 class NetworkStandIn:
     """Stands in for the network path (gateway + engines): answers a probe with the reference's tokens,
-    served by the pinned revision (production: `serves_production`), at a batch of fillers + 1, as the
-    reference engine reports it. `wrong` revisions answer with other tokens; `fail` makes every send raise;
-    `hold` makes sends wait until released (in flight)."""
+    served by the pinned revision (production: `serves_production`), at the batch the probe's rows make (the
+    sends to one pin and engine in flight together, plus any fillers), as the reference engine reports it.
+    `wrong` revisions answer with other tokens; `fail` makes every send raise; `hold` makes sends wait until
+    released (in flight)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.together: Tally[tuple[str | None, str | None]] = Tally()  # sends in flight per (pin, engine)
         self.serves_production = R1
         self.wrong: set[str] = set()
         self.fail: str | None = None
@@ -65,6 +68,16 @@ class NetworkStandIn:
                        timeout_s: float = 60.0) -> ProbeOutput:
         self.calls.append({"gateway": gateway_url, "model": model, "prompt": prompt.id, "kind": kind, "pin": pin,
                            "engine": engine, "fillers": fillers, "headers": dict(headers or {})})
+        batch_key = (pin, engine)
+        self.together[batch_key] += 1
+        try:
+            # a batch's rows are sent in one turn of the loop: let the others of the batch arrive, count them,
+            # and let them count before this one leaves
+            await asyncio.sleep(0)
+            batch_size = self.together[batch_key] + fillers
+            await asyncio.sleep(0)
+        finally:
+            self.together[batch_key] -= 1
         if self.hold is not None:
             await self.hold.wait()
         if self.fail is not None:
@@ -72,7 +85,7 @@ class NetworkStandIn:
         served = pin or self.serves_production
         tokens = [t + 100 for t in TOKENS[prompt.id]] if served in self.wrong else TOKENS[prompt.id]
         return ProbeOutput(prompt_id=prompt.id, tokens=tokens, text="x", top_logprobs=[[(t, 0.0)] for t in tokens],
-                           batch_size=fillers + 1, fillers=fillers, class_ref=None if self.no_served_by else served,
+                           batch_size=batch_size, fillers=fillers, class_ref=None if self.no_served_by else served,
                            engine=engine or "chat-0", prompt_tokens=7, completion_tokens=len(tokens))
 
 
@@ -151,13 +164,17 @@ def streams(rows: list[dict[str, Any]]) -> set[tuple[str, str | None, int]]:
     return {(r["kind"], r["class_ref"], r["condition"]) for r in rows}
 
 
+def sent(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(kind, condition) of each probe the rows came from: a batch probe's rows share their stream and time."""
+    batches = {(r["kind"], r["class_ref"], r["condition"], r["at"]) for r in rows if r["kind"] == "pinned"}
+    return sorted([(r["kind"], r["condition"]) for r in rows if r["kind"] == "production"]
+                  + [(kind, condition) for kind, _ref, condition, _at in batches])
+
+
 def metric_samples(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = api.call("GET", "/metrics", role=None).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-FILLER = FILLER_PROMPT_TOKENS + 3 + FILLER_EXTRA_TOKENS  # a filler's cost beside a probe of 3 tokens
 
 
 def test_every_stream_of_a_live_revision_is_probed_scored_and_stored(fleet: tuple[Api, NetworkStandIn]) -> None:
@@ -169,18 +186,23 @@ def test_every_stream_of_a_live_revision_is_probed_scored_and_stored(fleet: tupl
     assert streams(rows) == {("production", R1, 1)} | {("pinned", R1, c) for c in CONDITIONS}
     assert all(r["error"] is None and r["score"]["match"] and not r["score"]["diverged"] for r in rows)
     assert {r["reference_id"] for r in rows} == {reference_id}
-    assert {r["prompt_id"] for r in rows} == {"sum"}  # every stream starts at the first prompt
     assert all(r["at"] == api.clock() for r in rows)
-    pinned = {c["fillers"]: c for c in stand_in.calls if c["kind"] == "pinned"}
-    assert sorted(pinned) == [0, 3, 7, 15] and all(c["pin"] == R1 for c in pinned.values())
+    # a probe at batch condition c is c golden rows sent together, each stored and scored at that condition;
+    # every stream starts its walk at the first prompt, and a batch walks on through the set (2 prompts here)
+    per_stream = Tally((r["kind"], r["condition"]) for r in rows)
+    assert per_stream == {("production", 1): 1, **{("pinned", c): c for c in CONDITIONS}}
+    b4 = [r["prompt_id"] for r in rows if r["kind"] == "pinned" and r["condition"] == 4]
+    assert b4 == ["sum", "hello", "sum", "hello"]
+    pinned = [c for c in stand_in.calls if c["kind"] == "pinned"]
+    assert len(pinned) == sum(CONDITIONS) and {(c["pin"], c["fillers"]) for c in pinned} == {(R1, 0)}
     assert {c["gateway"] for c in stand_in.calls} == {"http://gw-1.test:8000"}
     assert all(c["headers"] == {"Authorization": "Bearer sk-probe-test"} for c in stand_in.calls)
     samples = metric_samples(api)
-    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "ok")))] == 4
+    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "ok")))] == 29
     assert samples[("fleet_canary_probes_total", (("kind", "production"), ("model", MODEL), ("result", "ok")))] == 1
-    # production: 7 + 3; pinned b1 10, b4 10 + 3 fillers x (8 + 3 + 16): a short prompt, the completion and more
+    # every row: its 7 prompt tokens and 3 completion tokens
     assert samples[("fleet_canary_probe_tokens_total", (("kind", "production"), ("model", MODEL)))] == 10
-    assert samples[("fleet_canary_probe_tokens_total", (("kind", "pinned"), ("model", MODEL)))] == 40 + (3 + 7 + 15) * FILLER
+    assert samples[("fleet_canary_probe_tokens_total", (("kind", "pinned"), ("model", MODEL)))] == 29 * 10
 
 
 def test_the_next_round_takes_the_next_prompt(fleet: tuple[Api, NetworkStandIn]) -> None:
@@ -191,7 +213,16 @@ def test_the_next_round_takes_the_next_prompt(fleet: tuple[Api, NetworkStandIn])
     first = probe_round(api)
     elapse(api, agent, 120 * len(CONDITIONS) + 1)  # past a pinned stream's floor (no capacity measured)
     second = probe_round(api)[len(first):]
-    assert streams(second) == streams(first) and {r["prompt_id"] for r in second} == {"hello"}
+    assert streams(second) == streams(first)
+    # each stream resumes its walk after the last prompt it sent: one row (production, b1) moved it by one,
+    # a batch of an even number of rows round the 2 prompts back to the first
+    last_sent = {(r["kind"], r["condition"]): r["prompt_id"] for r in first}
+    resumed_at = {}
+    for r in second:
+        resumed_at.setdefault((r["kind"], r["condition"]), r["prompt_id"])
+    following = {"sum": "hello", "hello": "sum"}
+    assert resumed_at == {key: following[prompt] for key, prompt in last_sent.items()}
+    assert resumed_at[("production", 1)] == resumed_at[("pinned", 1)] == "hello"
 
 
 def test_a_zero_weight_revision_is_probed_and_production_probes_name_the_class_that_served_them(
@@ -256,7 +287,7 @@ def test_the_flag_turns_probes_off_and_back_on(fleet: tuple[Api, NetworkStandIn]
     elapse(api, agent, 200)
     assert probe_round(api) == []
     assert api.call("PUT", f"/api/v1/flags/{PROBES_FLAG}", role="operator", json={"value": True, "reason": "t"}).status_code == 200
-    assert len(probe_round(api)) == 5
+    assert len(sent(probe_round(api))) == 5
 
 
 def test_an_idle_fleet_is_probed_at_the_floor_rate(fleet: tuple[Api, NetworkStandIn]) -> None:
@@ -272,7 +303,7 @@ def test_an_idle_fleet_is_probed_at_the_floor_rate(fleet: tuple[Api, NetworkStan
     assert [r["kind"] for r in second] == ["production"]
     elapse(api, agent, 120 * len(CONDITIONS) - 121 + 1)
     third = probe_round(api)[len(first) + len(second):]
-    assert sorted(r["kind"] for r in third) == ["pinned"] * len(CONDITIONS) + ["production"]
+    assert sent(third) == [("pinned", c) for c in CONDITIONS] + [("production", 1)]
     assert metric_samples(api)[("fleet_canary_probe_share", ())] == 0.0  # no capacity: no share
 
 
@@ -295,14 +326,15 @@ def test_a_busy_fleet_is_probed_at_the_configured_intervals_and_the_share_is_exp
     store_reference(api)
     report_gateway(api)
     first = probe_round(api)
-    assert len(first) == 5
+    assert len(sent(first)) == 5
     elapse(api, agent, 6)  # the production stream is due again at its 5 s interval
     assert [r["kind"] for r in probe_round(api)[len(first):]] == ["production"]
     elapse(api, agent, 55)
     later = probe_round(api)[len(first) + 1:]
-    assert sorted(r["kind"] for r in later) == ["pinned"] * 4 + ["production"]
-    # the round's last reconcile counts what is stored: three production probes and two pinned rounds
-    spent = 3 * 10 + 2 * (40 + 25 * FILLER)
+    assert sent(later) == [("pinned", c) for c in CONDITIONS] + [("production", 1)]
+    # the round's last reconcile counts what is stored: three production probes and two pinned rounds of
+    # 1 + 4 + 8 + 16 rows, each row 10 tokens
+    spent = 3 * 10 + 2 * sum(CONDITIONS) * 10
     share = metric_samples(api)[("fleet_canary_probe_share", ())]
     assert share == pytest.approx(spent / 300 / 200_000)
 
@@ -322,7 +354,7 @@ def test_over_the_budget_at_production_share_1_the_production_stream_keeps_its_i
     reconciler.params = replace(reconciler.params, production_share=1.0)
     reconciler.min_probes = 1  # one probe each and the streams are measured, so none is warming
     first = probe_round(api)
-    assert len(first) == 5
+    assert len(sent(first)) == 5
     api.reconcile()  # folds them
     with api.runtime.store.session() as session:
         budget = budget_state(reconciler.snapshot(session, api.clock()).schedule, reconciler.params)
@@ -346,23 +378,28 @@ def test_a_new_revisions_streams_warm_up_at_the_urgent_interval_until_measured(
     report_gateway(api)
     reconciler = canary(api)
     sent_at = []
-    for _ in range(reconciler.min_probes):  # a round every 15 s (the urgent interval), not 60 s, while warming
+    for _ in range(reconciler.min_probes):  # a round every 15.5 s (the urgent interval), not 60 s, while warming
         before = len(probes(api))
-        sent = probe_round(api)[before:]
-        assert [r["kind"] for r in sent].count("production") == 1
-        sent_at.append(sorted(r["condition"] for r in sent if r["kind"] == "pinned"))
+        probed = sent(probe_round(api)[before:])
+        assert probed.count(("production", 1)) == 1
+        sent_at.append([c for kind, c in probed if kind == "pinned"])
         elapse(api, agent, 15.5)
-    assert reconciler.min_probes == 10 and all([c for c in r if c != 1] == list(CONDITIONS[1:]) for r in sent_at)
-    # b1 also counts the production probes its revision served: measured after 5 rounds, it is back to its
-    # 60 s interval (probed again 4 rounds after its last)
+    assert reconciler.min_probes == 10
+    # A stream is measured at 10 scored rows, then back to its 60 s interval (probed again 4 rounds after its
+    # last). b1 gets 2 a round (it also counts the production probes its revision served): warming for 5
+    # rounds; b4, b8 and b16 get 4, 8 and 16 rows a probe: warming for 3, 2 and 1 rounds.
     assert [1 in r for r in sent_at] == [True] * 5 + [False] * 3 + [True] + [False]
+    assert [4 in r for r in sent_at] == [True] * 3 + [False] * 3 + [True] + [False] * 3
+    assert [8 in r for r in sent_at] == [True] * 2 + [False] * 3 + [True] + [False] * 3 + [True]
+    assert [16 in r for r in sent_at] == [True] + [False] * 3 + [True] + [False] * 3 + [True] + [False]
     before = len(probes(api))
-    sent = probe_round(api)[before:]  # folds the last round: each pinned stream is measured, and healthy
+    probed = sent(probe_round(api)[before:])  # folds the last round: each pinned stream is measured, and healthy
     with api.runtime.store.session() as session:
         assert reconciler.snapshot(session, api.clock()).schedule.urgent == {}
-    assert [r["kind"] for r in sent] == ["production"]  # 15.5 s on: no pinned stream is due at 60 s
+    assert probed == [("pinned", 4), ("production", 1)]  # 4 rounds after b4's last; the others are not due
+    after = len(probes(api))
     elapse(api, agent, 45)
-    assert sorted(r["kind"] for r in probe_round(api)[before + 1:]) == ["pinned"] * len(CONDITIONS) + ["production"]
+    assert sent(probe_round(api)[after:]) == [("pinned", 1), ("pinned", 8), ("pinned", 16), ("production", 1)]
 
 
 def test_a_stream_with_bad_probes_is_suspect_and_names_the_engine_that_served_them(
@@ -390,12 +427,19 @@ def test_failed_probes_are_stored_as_errors(fleet: tuple[Api, NetworkStandIn]) -
     report_gateway(api)
     stand_in.fail = "gateway answered 502 (no engine)"
     rows = probe_round(api)
-    assert len(rows) == 5
+    assert len(sent(rows)) == 5 and len(rows) == 1 + sum(CONDITIONS)  # each row of a batch stored, failed
     assert all(r["score"] is None and r["error"] == "RuntimeError: gateway answered 502 (no engine)" for r in rows)
     assert {r["class_ref"] for r in rows if r["kind"] == "pinned"} == {R1}
     assert [r["class_ref"] for r in rows if r["kind"] == "production"] == [None]
     samples = metric_samples(api)
-    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "error")))] == 4
+    assert samples[("fleet_canary_probes_total", (("kind", "pinned"), ("model", MODEL), ("result", "error")))] == 29
+    # no capacity is measured, so a probe that worked would wait for its floor (4 conditions x 120 s); these
+    # failed, cost nothing, and every stream is warming: they are tried again at the urgent 15 s
+    stand_in.fail = None
+    elapse(api, agent, 16)
+    again = probe_round(api)[len(rows):]
+    assert sent(again) == [("pinned", c) for c in CONDITIONS] + [("production", 1)]
+    assert all(r["error"] is None for r in again)
 
 
 def test_a_production_probe_without_served_by_is_stored_unscored(fleet: tuple[Api, NetworkStandIn]) -> None:
