@@ -56,6 +56,7 @@ class FinishedRequestStats:
     prefill_time: float  # first token - first scheduled
     decode_time: float  # last token - first token
     inference_time: float  # last token - first scheduled
+    num_cached_tokens: int = 0  # prompt tokens not computed here: prefix-cache hits and P/D transfers
 
 
 @dataclass
@@ -71,6 +72,14 @@ class IterationStats:
     num_preemptions: int = 0
     prefix_cache_queries: int = 0  # tokens looked up in the prefix cache this step
     prefix_cache_hits: int = 0  # of which found
+    external_prefix_cache_queries: int = 0  # tokens asked of a P/D transfer
+    external_prefix_cache_hits: int = 0  # of which it supplied
+    # The prompts of the requests that got their first token this step, by where their K/V came from
+    # (vllm:prompt_tokens_by_source); recomputed: cached tokens computed again (part of local_compute).
+    prompt_tokens_local_compute: int = 0
+    prompt_tokens_local_cache_hit: int = 0
+    prompt_tokens_external: int = 0
+    prompt_tokens_recomputed: int = 0
     finished: list[FinishedRequestStats] = field(default_factory=list)
 
     @property

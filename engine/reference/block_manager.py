@@ -102,6 +102,20 @@ class BlockManager:
             hit_blocks.append(block_id)
         return hit_blocks, len(hit_blocks) * self.block_size
 
+    def cached_but_recomputed(self, seq: Sequence, num_hit: int) -> int:
+        """Tokens of seq's final full block when the cache holds all of seq (every lookup block hit, and the
+        final block too): the lookup leaves that block out so there is a token to compute, so it is computed
+        again (vllm:prompt_tokens_recomputed). 0 otherwise."""
+        if not self.enable_prefix_caching or seq.num_tokens % self.block_size != 0:
+            return 0
+        final = seq.num_tokens // self.block_size - 1
+        if final < 0 or num_hit != final * self.block_size:
+            return 0
+        block_id = self._cached.get(self._hashes_of(seq, final + 1)[final])
+        if block_id is None or self.blocks[block_id].token_ids != self._block_tokens(seq.all_token_ids, final):
+            return 0
+        return self.block_size
+
     # ----- allocation -----
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] | None = None) -> bool:

@@ -293,9 +293,19 @@ class LLMEngine:
             seq.first_token_time = now
             stats.time_to_first_tokens.append(now - seq.arrival_time)
             stats.prompt_lengths_first_token.append(seq.num_prompt_tokens)
+            self._record_prompt_sources(seq, stats)
         else:
             stats.inter_token_latencies.append(now - seq.last_token_time)
         seq.last_token_time = now
+
+    @staticmethod
+    def _record_prompt_sources(seq: Sequence, stats: IterationStats) -> None:
+        cached = min(seq.num_cached_tokens, seq.num_prompt_tokens)
+        external = min(seq.num_external_tokens, seq.num_prompt_tokens - cached)
+        stats.prompt_tokens_local_cache_hit += cached
+        stats.prompt_tokens_external += external
+        stats.prompt_tokens_local_compute += seq.num_prompt_tokens - cached - external
+        stats.prompt_tokens_recomputed += seq.num_recomputed_tokens
 
     def _finish(self, seq: Sequence, status: SequenceStatus, output: RequestOutput, now: float, stats: IterationStats) -> None:
         rid = seq.request_id
@@ -341,6 +351,7 @@ class LLMEngine:
             prefill_time=first - scheduled,
             decode_time=last - first,
             inference_time=last - scheduled,
+            num_cached_tokens=min(seq.num_cached_tokens + seq.num_external_tokens, seq.num_prompt_tokens),
         )
 
     def _forget(self, request_id: str) -> None:
@@ -384,6 +395,8 @@ class LLMEngine:
         stats.num_preemptions = counters.num_preemptions
         stats.prefix_cache_queries = counters.prefix_cache_queries
         stats.prefix_cache_hits = counters.prefix_cache_hits
+        stats.external_prefix_cache_queries = counters.external_prefix_cache_queries
+        stats.external_prefix_cache_hits = counters.external_prefix_cache_hits
         stats.num_prompt_tokens = sum(c.num_new_tokens for c in plan.chunks if c.start < c.seq.num_prompt_tokens)
 
     def scheduler_stats(self) -> SchedulerStats:

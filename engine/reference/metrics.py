@@ -4,7 +4,8 @@ Names, labels, types and buckets are vLLM's (engine/metric_names.py), so a dashb
 unchanged. `EngineMetrics.on_step` is an AsyncEngine step listener (it runs on the engine thread;
 prometheus_client's collectors are thread-safe):
 - per step: iteration_tokens (one observation per step that ran), TTFT and inter-token latency (one per
-  token), token, preemption and prefix-cache counters;
+  token), token, preemption and prefix-cache counters (local, and external: the K/V a P/D prefill engine
+  sends), and the prompts of the requests that got their first token, by where their K/V came from;
 - per finished request: request_success{finished_reason} and the request-level histograms;
 - gauges from SchedulerStats, after steps and after commands (aborts) alike.
 So N requests of P prompt tokens and M generated tokens give ttft count N, inter_token_latency count
@@ -86,6 +87,12 @@ class EngineMetrics:
         info_gauge = Gauge(m.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
                            labelnames=(*sorted(info), "engine"), registry=self.registry)
         info_gauge.labels(**info, engine=labels["engine"]).set(1)
+        # The reference engine has no sleep mode: always awake (vLLM sets awake to 1 while serving).
+        sleep = gauge(m.ENGINE_SLEEP_STATE, "Engine sleep state; awake = 0 means engine is sleeping; "
+                      "awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 "
+                      "means sleep level 2.", ("sleep_state",))
+        for state in m.SLEEP_STATES:
+            sleep.labels(**labels, sleep_state=state).set(1 if state == "awake" else 0)
 
     def _build_counters(self) -> None:
         labels, counter = self._labels, self._counter
@@ -99,6 +106,18 @@ class EngineMetrics:
         self.generation_tokens = counter(m.GENERATION_TOKENS, "Number of generation tokens processed.").labels(**labels)
         success = counter(m.REQUEST_SUCCESS, "Count of successfully processed requests.", ("finished_reason",))
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISH_REASONS}
+        self.external_queries = counter(
+            m.EXTERNAL_PREFIX_CACHE_QUERIES, "External prefix cache queries from KV connector cross-instance cache "
+            "sharing, in terms of number of queried tokens.").labels(**labels)
+        self.external_hits = counter(
+            m.EXTERNAL_PREFIX_CACHE_HITS, "External prefix cache hits from KV connector cross-instance cache "
+            "sharing, in terms of number of cached tokens.").labels(**labels)
+        by_source = counter(m.PROMPT_TOKENS_BY_SOURCE, "Number of prompt tokens by source.", ("source",))
+        self.prompt_by_source = {s: by_source.labels(**labels, source=s) for s in m.PROMPT_SOURCES}
+        self.prompt_cached = counter(
+            m.PROMPT_TOKENS_CACHED, "Number of cached prompt tokens (local + external).").labels(**labels)
+        self.prompt_recomputed = counter(
+            m.PROMPT_TOKENS_RECOMPUTED, "Number of cached tokens recomputed for forward pass.").labels(**labels)
 
     def _build_histograms(self, max_model_len: int) -> None:
         tokens, latency = m.build_1_2_5_buckets(max_model_len), m.REQUEST_LATENCY_BUCKETS
@@ -108,12 +127,20 @@ class EngineMetrics:
 
         self.req_prompt_tokens = h(m.REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.", tokens)
         self.req_generation_tokens = h(m.REQUEST_GENERATION_TOKENS, "Number of generation tokens processed.", tokens)
+        self.req_max_generation_tokens = h(
+            m.REQUEST_MAX_NUM_GENERATION_TOKENS, "Histogram of maximum number of requested generation tokens.",
+            tokens)
+        self.req_prefill_kv_computed = h(
+            m.REQUEST_PREFILL_KV_COMPUTED_TOKENS, "Histogram of new KV tokens computed during prefill "
+            "(excluding cached tokens).", tokens)
         self.req_params_n = h(m.REQUEST_PARAMS_N, "Histogram of the n request parameter.", m.PARAMS_N_BUCKETS)
         self.req_max_tokens = h(m.REQUEST_PARAMS_MAX_TOKENS, "Histogram of the max_tokens request parameter.", tokens)
         self.iteration_tokens = h(
             m.ITERATION_TOKENS, "Histogram of number of tokens per engine_step.", m.ITERATION_TOKENS_BUCKETS)
         self.ttft = h(m.TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", m.TTFT_BUCKETS)
         self.itl = h(m.INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", m.ITL_BUCKETS)
+        self.tpot = h(m.REQUEST_TIME_PER_OUTPUT_TOKEN, "Histogram of time_per_output_token_seconds per request.",
+                      m.ITL_BUCKETS)
         self.e2e = h(m.E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.", latency)
         self.queue_time = h(m.REQUEST_QUEUE_TIME, "Histogram of time spent in WAITING phase for request.", latency)
         self.inference_time = h(
@@ -155,6 +182,13 @@ class EngineMetrics:
         self.preemptions.inc(it.num_preemptions)
         self.prefix_queries.inc(it.prefix_cache_queries)
         self.prefix_hits.inc(it.prefix_cache_hits)
+        self.external_queries.inc(it.external_prefix_cache_queries)
+        self.external_hits.inc(it.external_prefix_cache_hits)
+        self.prompt_by_source["local_compute"].inc(it.prompt_tokens_local_compute)
+        self.prompt_by_source["local_cache_hit"].inc(it.prompt_tokens_local_cache_hit)
+        self.prompt_by_source["external_kv_transfer"].inc(it.prompt_tokens_external)
+        self.prompt_cached.inc(it.prompt_tokens_local_cache_hit + it.prompt_tokens_external)
+        self.prompt_recomputed.inc(it.prompt_tokens_recomputed)
         for ttft in it.time_to_first_tokens:
             self.ttft.observe(ttft)
         for itl in it.inter_token_latencies:
@@ -166,6 +200,10 @@ class EngineMetrics:
         self.success[f.finish_reason if f.finish_reason in self.success else "abort"].inc()
         self.req_prompt_tokens.observe(f.num_prompt_tokens)
         self.req_generation_tokens.observe(f.num_generation_tokens)
+        self.req_max_generation_tokens.observe(f.num_generation_tokens)  # n is 1: the longest is the only one
+        self.req_prefill_kv_computed.observe(max(0, f.num_prompt_tokens - f.num_cached_tokens))
+        # vLLM's mean time per output token: decode time over the tokens after the first (0 for one token)
+        self.tpot.observe(f.decode_time / (f.num_generation_tokens - 1) if f.num_generation_tokens > 1 else 0.0)
         self.req_params_n.observe(f.n)
         self.req_max_tokens.observe(f.max_tokens)
         self.req_preemptions.observe(f.num_preemptions)

@@ -42,6 +42,9 @@ class StepStats:
 
     num_preemptions: int = 0
     prefix_cache_queries: int = 0  # tokens of admitted sequences looked up in the prefix cache
+    # tokens of admitted sequences whose K/V a prefill engine sends (P/D), and of them those it supplies
+    external_prefix_cache_queries: int = 0
+    external_prefix_cache_hits: int = 0
     prefix_cache_hits: int = 0  # of which found
 
 
@@ -204,6 +207,11 @@ class Scheduler:
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = time.monotonic()
             seq.num_cached_tokens = num_hit
+            seq.num_external_tokens = load_end - num_hit
+            seq.num_recomputed_tokens = bm.cached_but_recomputed(seq, num_hit)
+        if seq.external_kv_tokens > 0:
+            self._step_stats.external_prefix_cache_queries += seq.num_tokens
+            self._step_stats.external_prefix_cache_hits += load_end - num_hit
         if load_end > num_hit:
             step.output.kv_loads.append(ScheduledKVLoad(seq, start=num_hit, end=load_end))
         seq.num_computed_tokens = load_end

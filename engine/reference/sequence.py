@@ -42,6 +42,11 @@ class Sequence:
     num_computed_tokens: int = 0
     # Prompt tokens found in the prefix cache when this sequence was first scheduled (for usage and metrics).
     num_cached_tokens: int = 0
+    # Of the prompt, at first schedule: tokens whose K/V came from a P/D transfer (vllm:prompt_tokens_by_source
+    # external_kv_transfer), and tokens the cache held but that were computed again (the last block of a prompt
+    # the cache held whole: at least one token is computed, for logits).
+    num_external_tokens: int = 0
+    num_recomputed_tokens: int = 0
     num_preemptions: int = 0
     # P/D decode side: leading prompt tokens whose K/V arrives from a prefill engine instead of being computed.
     # The scheduler allocates their blocks at first schedule and lists them in SchedulerOutput.kv_loads;

@@ -57,14 +57,17 @@ def test_every_expected_vllm_series_is_exposed(families: dict) -> None:
 @pytest.mark.parametrize(
     "name,kind",
     [(n, "gauge") for n in (m.NUM_REQUESTS_RUNNING, m.NUM_REQUESTS_WAITING, m.NUM_REQUESTS_WAITING_BY_REASON,
-                            m.KV_CACHE_USAGE_PERC, m.CACHE_CONFIG_INFO)]
+                            m.KV_CACHE_USAGE_PERC, m.CACHE_CONFIG_INFO, m.ENGINE_SLEEP_STATE)]
     + [(n, "counter") for n in (m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS, m.NUM_PREEMPTIONS, m.PROMPT_TOKENS,
-                                m.GENERATION_TOKENS, m.REQUEST_SUCCESS)]
+                                m.GENERATION_TOKENS, m.REQUEST_SUCCESS, m.EXTERNAL_PREFIX_CACHE_QUERIES,
+                                m.EXTERNAL_PREFIX_CACHE_HITS, m.PROMPT_TOKENS_BY_SOURCE, m.PROMPT_TOKENS_CACHED,
+                                m.PROMPT_TOKENS_RECOMPUTED)]
     + [(n, "histogram") for n in (m.REQUEST_PROMPT_TOKENS, m.REQUEST_GENERATION_TOKENS, m.REQUEST_PARAMS_N,
                                   m.REQUEST_PARAMS_MAX_TOKENS, m.ITERATION_TOKENS, m.TIME_TO_FIRST_TOKEN,
                                   m.INTER_TOKEN_LATENCY, m.E2E_REQUEST_LATENCY, m.REQUEST_QUEUE_TIME,
                                   m.REQUEST_INFERENCE_TIME, m.REQUEST_PREFILL_TIME, m.REQUEST_DECODE_TIME,
-                                  m.REQUEST_NUM_PREEMPTIONS)],
+                                  m.REQUEST_NUM_PREEMPTIONS, m.REQUEST_MAX_NUM_GENERATION_TOKENS,
+                                  m.REQUEST_PREFILL_KV_COMPUTED_TOKENS, m.REQUEST_TIME_PER_OUTPUT_TOKEN)],
 )
 def test_metric_types(families: dict, name: str, kind: str) -> None:
     assert families[name].type == kind
@@ -92,6 +95,9 @@ def test_every_series_carries_model_name_and_engine(families: dict) -> None:
         (m.E2E_REQUEST_LATENCY, m.REQUEST_LATENCY_BUCKETS),
         (m.REQUEST_DECODE_TIME, m.REQUEST_LATENCY_BUCKETS),
         (m.REQUEST_NUM_PREEMPTIONS, m.NUM_PREEMPTIONS_BUCKETS),
+        (m.REQUEST_MAX_NUM_GENERATION_TOKENS, m.build_1_2_5_buckets(MAX_MODEL_LEN)),
+        (m.REQUEST_PREFILL_KV_COMPUTED_TOKENS, m.build_1_2_5_buckets(MAX_MODEL_LEN)),
+        (m.REQUEST_TIME_PER_OUTPUT_TOKEN, m.ITL_BUCKETS),
     ],
 )
 def test_histogram_buckets_are_vllms(families: dict, name: str, buckets: list) -> None:
@@ -122,12 +128,63 @@ def test_counts_for_n_requests_of_p_prompt_and_m_generated_tokens(families: dict
         "vllm:prompt_tokens_total": N * P,
         "vllm:generation_tokens_total": N * M,
         "vllm:num_preemptions_total": 0,
+        "vllm:request_max_num_generation_tokens_sum": N * M,
+        "vllm:request_prefill_kv_computed_tokens_sum": N * P,  # distinct prompts: nothing cached
+        "vllm:request_time_per_output_token_seconds_count": N,
+        "vllm:prompt_tokens_cached_total": 0,
+        "vllm:prompt_tokens_recomputed_total": 0,
+        "vllm:external_prefix_cache_queries_total": 0,  # no P/D transfer
+        "vllm:external_prefix_cache_hits_total": 0,
     }
     actual = {name: value(families, name) for name in expected}
     assert actual == expected
     assert value(families, "vllm:request_success_total", finished_reason="length") == N
     assert value(families, "vllm:request_success_total", finished_reason="stop") == 0
     assert value(families, "vllm:iteration_tokens_total_count") >= N  # depends on batching
+
+
+def test_prompt_tokens_by_source_add_up_to_the_prompt_tokens(families: dict) -> None:
+    by_source = {s: value(families, "vllm:prompt_tokens_by_source_total", source=s) for s in m.PROMPT_SOURCES}
+    assert by_source == {"local_compute": N * P, "local_cache_hit": 0, "external_kv_transfer": 0}
+
+
+def test_the_engine_is_awake(families: dict) -> None:
+    states = {s.labels["sleep_state"]: s.value for s in families[m.ENGINE_SLEEP_STATE].samples}
+    assert states == {"awake": 1, "weights_offloaded": 0, "discard_all": 0}
+
+
+def test_every_vllm_family_exported_is_listed_and_every_listed_one_is_exported(families: dict) -> None:
+    # prometheus_client's parser lists each counter's and histogram's `_created` samples as a family of their own
+    exported = {name for name in families if name.startswith("vllm:") and not name.endswith("_created")}
+    assert exported == set(m.FAMILIES_EXPORTED)
+    assert not exported & set(m.NOT_EXPORTED)
+    # vLLM 0.33's catalogue: what is exported and what is not, each family once
+    assert len(m.FAMILIES_EXPORTED) + len(m.NOT_EXPORTED) == len(set(m.FAMILIES_EXPORTED) | set(m.NOT_EXPORTED))
+
+
+def test_a_repeated_prompt_counts_its_cached_blocks(engine: EngineProcess) -> None:
+    """Run after the module's requests (their figures are read by the tests above, from the first scrape)."""
+    def counters() -> dict[str, float]:
+        fams = {f.name: f for f in text_string_to_metric_families(engine.get("/metrics").text)}
+        return {"cached": value(fams, "vllm:prompt_tokens_cached_total"),
+                "hit": value(fams, "vllm:prompt_tokens_by_source_total", source="local_cache_hit"),
+                "computed": value(fams, "vllm:prompt_tokens_by_source_total", source="local_compute"),
+                "kv_computed": value(fams, "vllm:request_prefill_kv_computed_tokens_sum"),
+                "recomputed": value(fams, "vllm:prompt_tokens_recomputed_total")}
+
+    prompt = [7000 + j for j in range(40)]  # 2 full blocks and 8 tokens
+    body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True, "temperature": 0}
+    engine.post("/v1/completions", body)
+    before = counters()
+    engine.post("/v1/completions", body)  # its 2 full blocks are cached now
+    after = counters()
+    assert {k: after[k] - before[k] for k in after} == {"cached": 32, "hit": 32, "computed": 8, "kv_computed": 8,
+                                                        "recomputed": 0}
+    whole = {"prompt": prompt[:32], "max_tokens": 2, "ignore_eos": True, "temperature": 0}
+    engine.post("/v1/completions", whole)  # both its blocks are cached: the last one is computed again
+    last = counters()
+    assert {k: last[k] - after[k] for k in last} == {"cached": 16, "hit": 16, "computed": 16, "kv_computed": 16,
+                                                     "recomputed": 16}
 
 
 def test_prefix_cache_counters_are_tokens(families: dict) -> None:

@@ -50,6 +50,27 @@ def test_a_request_over_three_steps() -> None:
     assert sample(metrics, m.KV_CACHE_USAGE_PERC) == 0.25
 
 
+def test_prompt_sources_and_external_hits_of_a_pd_decode_request() -> None:
+    """A decode engine's request: 64 prompt tokens, 48 sent by the prefill engine, 16 in its own cache."""
+    metrics = make_metrics()
+    first = IterationStats(num_prompt_tokens=0, num_generation_tokens=1, prompt_lengths_first_token=[64],
+                           external_prefix_cache_queries=64, external_prefix_cache_hits=48,
+                           prompt_tokens_local_compute=0, prompt_tokens_local_cache_hit=16, prompt_tokens_external=48)
+    metrics.on_step(StepResult(iteration=first))
+    done = FinishedRequestStats("length", 64, 5, max_tokens=5, n=1, num_preemptions=0, e2e_latency=1.0,
+                                queue_time=0.0, prefill_time=0.2, decode_time=0.4, inference_time=0.6,
+                                num_cached_tokens=64)
+    metrics.on_step(StepResult(iteration=IterationStats(num_generation_tokens=1, finished=[done])))
+    assert sample(metrics, "vllm:external_prefix_cache_queries_total") == 64
+    assert sample(metrics, "vllm:external_prefix_cache_hits_total") == 48
+    assert sample(metrics, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 48
+    assert sample(metrics, "vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 16
+    assert sample(metrics, "vllm:prompt_tokens_cached_total") == 64
+    assert sample(metrics, "vllm:request_prefill_kv_computed_tokens_sum") == 0
+    assert sample(metrics, "vllm:request_max_num_generation_tokens_sum") == 5
+    assert sample(metrics, "vllm:request_time_per_output_token_seconds_sum") == pytest.approx(0.1)  # 0.4 s / 4
+
+
 def test_a_notice_after_a_command_moves_gauges_but_observes_no_iteration() -> None:
     metrics = make_metrics()
     metrics.on_step(StepResult(scheduler=SchedulerStats(num_running=2, num_waiting=3, kv_cache_usage=0.5)))
