@@ -38,7 +38,8 @@ class AgentSettings(ProcessSettings):
         default=None, description="the file `admin_token` came from; a rotation writes the new one there")
     hash_seed: str = Field(
         default_factory=default_seed,
-        description="prefix-hash (NONE_HASH) seed given to engines; default env FLEET_HASH_SEED or 0")
+        description="prefix-hash (NONE_HASH) seed given to engines; default env FLEET_HASH_SEED or vLLM's default, "
+        "vllm-none-hash")
     python: str = Field(default=sys.executable, description="interpreter that runs the reference engine")
     vllm_executable: str = Field(default="vllm", description="the `vllm` command for vLLM-backed classes")
     tick_s: float = Field(default=1.0, gt=0, description="seconds between supervisor passes (probe, plan, act)")

@@ -4,8 +4,11 @@ A prompt is split into blocks of `block_size` tokens; only full blocks are hashe
 
     sha256(cbor2.dumps((parent_hash or NONE_HASH, tuple(block_token_ids), extra_keys), canonical=True))
 
-and NONE_HASH = sha256_cbor(seed), the seed being the *string* vLLM reads from PYTHONHASHSEED. Every
-process that agrees on the seed agrees on every hash, so the gateway's index matches what engines hold.
+and NONE_HASH = sha256_cbor(seed), the seed being the *string* vLLM reads from PYTHONHASHSEED, or, when that is
+unset and the hash is cryptographic (sha256, sha256_cbor), the fixed string "vllm-none-hash"
+(kv_cache_utils.DEFAULT_NONE_HASH_SEED). The fleet's default seed is that string, so a stock vLLM started with
+`--prefix-caching-hash-algo sha256_cbor` and no PYTHONHASHSEED hashes as the fleet does. Every process that
+agrees on the seed agrees on every hash, so the gateway's index matches what engines hold.
 Events and indexes carry the low 64 bits of the digest as an unsigned int (`to_int64`), as vLLM does
 with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1.
 """
@@ -21,7 +24,9 @@ from typing import Any
 import cbor2
 
 DEFAULT_BLOCK_SIZE = 16
-DEFAULT_HASH_SEED = "0"
+VLLM_DEFAULT_HASH_SEED = "vllm-none-hash"  # what vLLM derives NONE_HASH from when PYTHONHASHSEED is unset
+DEFAULT_HASH_SEED = VLLM_DEFAULT_HASH_SEED
+LEGACY_HASH_SEED = "0"  # the fleet's default before it took vLLM's: fleets started then keep it
 HASH_SEED_ENV = "FLEET_HASH_SEED"
 
 BlockHash = bytes
@@ -38,7 +43,7 @@ def none_hash(seed: str = DEFAULT_HASH_SEED) -> BlockHash:
 
 
 def default_seed() -> str:
-    """The seed every fleet process uses unless told otherwise (FLEET_HASH_SEED, else "0")."""
+    """The seed every fleet process uses unless told otherwise (FLEET_HASH_SEED, else vLLM's default)."""
     return os.environ.get(HASH_SEED_ENV, DEFAULT_HASH_SEED)
 
 

@@ -52,7 +52,7 @@ class EngineConfig(ProcessSettings):
         default=512, gt=0, description="tokens computed per step (the chunked-prefill budget); at least block_size")
     hash_seed: str = Field(
         default_factory=default_seed, description="prefix-hash (NONE_HASH) seed; must match the gateway and peers; "
-        "default env FLEET_HASH_SEED or 0")
+        "default env FLEET_HASH_SEED or vLLM's default, vllm-none-hash")
     # --- serving ---
     role: Role = Field(default="mixed", description="mixed, prefill or decode (P/D)")
     host: str = Field(default="127.0.0.1", description="address to bind; also the remote_host a prefill engine advertises")

@@ -23,7 +23,7 @@ the control plane. Each field maps to one flag or environment variable (docs/age
 | kv_events_port, replay_port (args) | `--kv-events-config` (ZMQ publisher bound on both ports, topic "kv-events") |
 | role prefill / decode (arg) | `--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}` and env VLLM_NIXL_SIDE_CHANNEL_PORT |
 | api_key (arg)               | env VLLM_API_KEY (not argv: argv is visible to every user in `ps`)    |
-| hash_seed (arg)             | env PYTHONHASHSEED (vLLM derives NONE_HASH from it: the gateway's hashes then equal vLLM's) |
+| hash_seed (arg)             | env PYTHONHASHSEED (vLLM derives NONE_HASH from it), or none for vLLM's own default seed |
 | (always)                    | env VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 (events carry the low 64 bits as ints) |
 | engine_args                 | `--key value`; `--key` for True; `--no-key` for False                 |
 | sampler                     | "exact" renders nothing; "approximate_topk" is a reference-engine feature: an error |
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.contract.launch_flags import VLLM_FLAGS
+from engine.hashing import VLLM_DEFAULT_HASH_SEED
 
 ROLES = ("mixed", "prefill", "decode")
 KV_EVENTS_TOPIC = "kv-events"
@@ -179,7 +180,7 @@ def render_flags(args: Mapping[str, Any], *, reserved: frozenset[str] = frozense
 
 
 def _env(role: str, hash_seed: str, api_key: str | None, side_channel_port: int | None) -> dict[str, str]:
-    env = {"PYTHONHASHSEED": str(hash_seed), "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "1"}
+    env = {"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "1", **_hash_seed_env(hash_seed)}
     if api_key:
         env["VLLM_API_KEY"] = api_key
     if role != "mixed":
@@ -187,6 +188,18 @@ def _env(role: str, hash_seed: str, api_key: str | None, side_channel_port: int 
             raise VllmRenderError(f"a {role} engine needs a NIXL side-channel port", "side_channel_port")
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
     return env
+
+
+def _hash_seed_env(hash_seed: str) -> dict[str, str]:
+    """vLLM's default seed needs no variable (vLLM uses it when PYTHONHASHSEED is unset). Any other seed goes in
+    PYTHONHASHSEED, which Python itself reads first and accepts only as "random" or an integer in 0..2**32-1:
+    anything else would stop the interpreter before vLLM starts, so it is refused here."""
+    if hash_seed == VLLM_DEFAULT_HASH_SEED:
+        return {}
+    if not hash_seed.isdigit() or int(hash_seed) > 2**32 - 1:
+        raise VllmRenderError(f"hash seed {hash_seed!r} cannot be given to vLLM: PYTHONHASHSEED must be an integer "
+                              f"in 0..4294967295, or leave it at vLLM's default {VLLM_DEFAULT_HASH_SEED!r}", "hash_seed")
+    return {"PYTHONHASHSEED": hash_seed}
 
 
 def _switch(name: str, on: bool) -> str:

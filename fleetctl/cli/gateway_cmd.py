@@ -40,7 +40,7 @@ app.add_typer(route_app, name="route")
 CANDIDATE_COLUMNS = [
     col("RANK", "rank"), col("STAGE", "stage"), col("ENGINE", "engine"), col("ROLE", "role"), col("SCORE", "score"),
     col("CACHED", "cached_blocks"), col("PREFILL_S", "predicted_prefill_s"), col("SHARE", "recent_share"),
-    col("REASON", "reason"),
+    col("HASHES", "prefix_hashes"), col("REASON", "reason"),
 ]
 
 
@@ -175,7 +175,8 @@ def explain(
     typer.echo(_summary(answer))
     emit(answer["candidates"] + answer["decode_candidates"], output, CANDIDATE_COLUMNS)
     for row in answer.get("ineligible") or []:
-        typer.echo(f"not eligible: {row['engine']} ({row['role']}): {row['why']}")
+        hashes = "; its prefix hashes use another seed" if row.get("prefix_hashes") == "hash_mismatch" else ""
+        typer.echo(f"not eligible: {row['engine']} ({row['role']}): {row['why']}{hashes}")
 
 
 def _post(gateway: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 The answer names the class chosen and why, the prompt's size in tokens and blocks, the mode (P/D or whole,
 with the fallback reason), every candidate engine with its score and the scorer's reason (ranked first,
-then the ineligible ones with why), and the admission decision. Nothing is recorded: no share, no session.
+then the ineligible ones with why), and the admission decision. Each engine row says whether the engine's KV
+events hash prefixes as the gateway does (`prefix_hashes`: match, hash_mismatch or unchecked, hash_check.py).
+Nothing is recorded: no share, no session.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def ranked_rows(ranked: list[RankedEngine], stage: str, prepared: Prepared, serv
             "score": round(r.score, 6), "cached_blocks": r.cached_blocks,
             "predicted_prefill_s": round(r.predicted_prefill_s, 6), "recent_share": round(r.recent_share, 4),
             "hot_spot_damped": r.hot_spot_damped, "sticky": r.sticky, "reason": r.reason,
+            "prefix_hashes": service.hash_checks.status(r.engine_id),
         })
     return rows
 
@@ -64,5 +67,6 @@ def ineligible_rows(prepared: Prepared, service: GatewayService) -> list[dict[st
             why = f"down: {live.down_reason}"
         else:
             why = f"role {route.role} not used in mode {prepared.plan.mode}"
-        rows.append({"engine": name, "role": route.role, "url": route.url, "why": why})
+        rows.append({"engine": name, "role": route.role, "url": route.url, "why": why,
+                     "prefix_hashes": service.hash_checks.status(name)})
     return rows

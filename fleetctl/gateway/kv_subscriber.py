@@ -17,6 +17,10 @@ table's engine state (`starting` after a restart) is what drops such an engine f
 
 A batch that does not decode is applied as an empty batch so the sequence still advances; a gap the
 replay cannot fill (buffer rolled over, or no replay endpoint) is accepted and counted.
+
+Every batch applied is also shown to `hash_checks` (hash_check.HashChecks), which compares the engine's
+hashes of first blocks with the gateway's own: an engine started with another seed is flagged, not silently
+never hit.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from engine.kv_events import END_SEQ, EventBatch, decode_batch
-from fleetctl.gateway.prefix_index import EngineId, PrefixIndex
+from fleetctl.gateway.hash_check import HashChecks
+from fleetctl.gateway.prefix_index import EngineId, PrefixIndex, SeqCheck
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +130,7 @@ class KVEventSubscriber:
     context: zmq.asyncio.Context = field(default_factory=zmq.asyncio.Context.instance)
     replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S
     stats: SubscriberStats = field(default_factory=SubscriberStats)
+    hash_checks: HashChecks | None = None
     _synced: bool = field(default=False, init=False)
     _last_live: int | None = field(default=None, init=False)
     _task: asyncio.Task | None = field(default=None, init=False)
@@ -186,6 +192,8 @@ class KVEventSubscriber:
             log.info("kv events: %s restarted its numbering (seq %d)", self.engine_id, seq)
             self.stats.restarts += 1
             self.index.reset_engine(self.engine_id)
+            if self.hash_checks is not None:
+                self.hash_checks.reset(self.engine_id)
             self._last_live = None
         if action in (SeqAction.REPLAY, SeqAction.RESTART):
             await self._replay()
@@ -193,7 +201,12 @@ class KVEventSubscriber:
         self._last_live = seq
         if action is not SeqAction.SKIP:
             # the next batch, or a gap replay could not fill: apply what we have
-            self.index.apply_batch(self.engine_id, seq, self._decode(frames[-1]), allow_gap=True)
+            self._apply(seq, self._decode(frames[-1]))
+
+    def _apply(self, seq: int, batch: EventBatch) -> None:
+        if self.index.apply_batch(self.engine_id, seq, batch, allow_gap=True) is SeqCheck.APPLIED \
+                and self.hash_checks is not None:
+            self.hash_checks.observe(self.engine_id, batch)
 
     def _classify(self, seq: int) -> SeqAction:
         return classify_live(seq, self.index.last_seq(self.engine_id), self._last_live, self._synced)
@@ -211,7 +224,7 @@ class KVEventSubscriber:
             return
         self.stats.replays += 1
         for seq, payload in batches:
-            self.index.apply_batch(self.engine_id, seq, self._decode(payload), allow_gap=True)
+            self._apply(seq, self._decode(payload))
             self.stats.replayed_batches += 1
 
     def _decode(self, payload: bytes) -> EventBatch:
@@ -229,6 +242,7 @@ class KVSubscriberPool:
     context: zmq.asyncio.Context = field(default_factory=zmq.asyncio.Context.instance)
     replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S
     subscribers: dict[EngineId, KVEventSubscriber] = field(default_factory=dict)
+    hash_checks: HashChecks | None = None
 
     async def sync(self, endpoints: Iterable[KVEventsEndpoint]) -> None:
         """Start subscribers for new endpoints; stop (and drop from the index) those gone or changed."""
@@ -238,7 +252,8 @@ class KVSubscriberPool:
                 await self._remove(engine_id)
         for engine_id, endpoint in wanted.items():
             if engine_id not in self.subscribers:
-                subscriber = KVEventSubscriber(endpoint, self.index, self.context, self.replay_timeout_s)
+                subscriber = KVEventSubscriber(endpoint, self.index, self.context, self.replay_timeout_s,
+                                               hash_checks=self.hash_checks)
                 self.subscribers[engine_id] = subscriber
                 subscriber.start()
 
@@ -249,3 +264,5 @@ class KVSubscriberPool:
     async def _remove(self, engine_id: EngineId) -> None:
         await self.subscribers.pop(engine_id).stop()
         self.index.drop_engine(engine_id)
+        if self.hash_checks is not None:
+            self.hash_checks.reset(engine_id)

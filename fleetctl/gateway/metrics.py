@@ -58,6 +58,9 @@ class GatewayMetrics:
                                      ["engine"], registry=r)
         self.prefix_index_blocks = Gauge("fleet_gateway_prefix_index_blocks", "Blocks the prefix index holds per engine.",
                                          ["engine"], registry=r)
+        self.engine_hash_mismatch = Gauge(
+            "fleet_gateway_engine_hash_mismatch", "1 if the engine's KV events hash prefixes with another seed than "
+            "the gateway's (its blocks never match the index: no prefix routing to it).", ["engine"], registry=r)
         self._build_pd()
         self._build_per_class()
         self._build_probes()
@@ -115,7 +118,7 @@ class GatewayMetrics:
 
     def forget_engine(self, engine: str) -> None:
         """Drop an engine's gauges once it left the routing table."""
-        for gauge in (self.engine_healthy, self.engine_inflight, self.prefix_index_blocks):
+        for gauge in (self.engine_healthy, self.engine_inflight, self.prefix_index_blocks, self.engine_hash_mismatch):
             with contextlib.suppress(KeyError):
                 gauge.remove(engine)
 

@@ -32,6 +32,7 @@ from fleetctl.gateway.direct import direct_flags
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
 from fleetctl.gateway.errors import BadRequest, InvalidRoute, ModelNotFound, NoRoute
+from fleetctl.gateway.hash_check import HashChecks
 from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixIndex
@@ -97,7 +98,8 @@ class GatewayService:
                                        overlay=self.direct.overlay if self.direct is not None else None)
         self.engines: dict[str, EngineLive] = {}
         self.index = PrefixIndex()
-        self.kv_pool = KVSubscriberPool(self.index)
+        self.hash_checks = HashChecks(self.settings.hash_seed)
+        self.kv_pool = KVSubscriberPool(self.index, hash_checks=self.hash_checks)
         self.prober = EngineProber(client, settings.probe_interval_s, settings.probe_timeout_s,
                                    self.engine_headers(), on_rates=self._on_rates)
         self.tokenizers = tokenizers or Tokenizers(client)
@@ -129,7 +131,8 @@ class GatewayService:
             if table is not None and self.cache.failures == 0:
                 reported = await report_applied(self.source, self.settings.name, self.settings.url, table.generation,  # type: ignore[arg-type]
                                                 self.cache.age_s() or 0.0, refresh_interval_s=self.settings.table_refresh_s,
-                                                served=self.served.snapshot())
+                                                served=self.served.snapshot(),
+                                                hash_mismatch=self.hash_checks.mismatched())
                 if reported and self.direct is not None:
                     await self.sync_direct()
 
@@ -197,6 +200,8 @@ class GatewayService:
             self.metrics.engine_healthy.labels(name).set(1 if live.healthy else 0)
             self.metrics.engine_inflight.labels(name).set(len(live.inflight))
             self.metrics.prefix_index_blocks.labels(name).set(self.index.num_blocks(name))
+            self.metrics.engine_hash_mismatch.labels(name).set(
+                1 if self.hash_checks.status(name) == "hash_mismatch" else 0)
 
     # --- reads ---
 

@@ -77,7 +77,7 @@ class GatewaySettings(ProcessSettings):
     # --- routing ---
     hash_seed: str = Field(
         default_factory=default_seed, description="prefix-hash (NONE_HASH) seed; must match the engines; "
-        "default env FLEET_HASH_SEED or 0")
+        "default env FLEET_HASH_SEED or vLLM's default, vllm-none-hash")
     share_half_life_requests: float = Field(
         default=32.0, gt=0, description="scorer's hot-spot guard: recent traffic shares halve every this many "
         "routed requests")

@@ -19,6 +19,7 @@ sweeps engines whose agent died before it could stop them (from the agents' engi
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import httpx
 from agent.client import AgentApiError, AgentClient
 from agent.ports import free_port, port_is_free
 from agent.process import read_records
+from engine.hashing import HASH_SEED_ENV, LEGACY_HASH_SEED, default_seed
 from fleetctl.client import ControllerClient
 from fleetctl.controller.paths import bootstrap_token_path, sqlite_url
 from fleetctl.errors import FleetError
@@ -38,6 +40,7 @@ from fleetctl.localfleet import processes
 from fleetctl.localfleet.processes import ProcessInfo, fleetctl_argv
 
 FLEET_FILE = "fleet.json"
+HASH_SEED_FILE = "hash_seed"  # the seed the state dir's fleet hashes prefixes with, fixed at its first start
 HOST = "127.0.0.1"
 DEPLOYMENT = "local"
 GATEWAY_NAME = "local-gateway"
@@ -81,6 +84,7 @@ class FleetRecord:
     processes: list[ProcessInfo] = field(default_factory=list)
     engines: list[dict[str, Any]] = field(default_factory=list)  # name, node, url, state
     gateway_url: str | None = None  # set once `up` starts a gateway
+    hash_seed: str | None = None  # the prefix-hash seed every process of the fleet was given
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "processes": [p.to_json() for p in self.processes]}
@@ -117,7 +121,8 @@ def up(options: UpOptions, progress: Progress) -> FleetRecord:
     _refuse_if_running(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     record = FleetRecord(state_dir=str(state_dir), controller_url="", token_file=str(bootstrap_token_path(state_dir)),
-                         log_dir=str(state_dir / "logs"), model=options.model, served_model=SERVED_NAMES[options.model])
+                         log_dir=str(state_dir / "logs"), model=options.model, served_model=SERVED_NAMES[options.model],
+                         hash_seed=fleet_hash_seed(state_dir))
     try:
         _start_controller(record, options, progress)
         _start_agents(record, options, progress)
@@ -133,6 +138,31 @@ def up(options: UpOptions, progress: Progress) -> FleetRecord:
             down(state_dir, timeout_s=20.0)
         raise
     return record
+
+
+def fleet_hash_seed(state_dir: Path) -> str:
+    """The seed the state dir's fleet hashes prefixes with, recorded at its first start and never changed
+    after: engines, gateways and the prefix index must agree on it, and engines keep cached blocks across a
+    gateway restart. A state dir that already held a fleet before seeds were recorded (a fleet.json without
+    the file) keeps the old default, "0"; a new one takes FLEET_HASH_SEED, else vLLM's default. An explicit
+    FLEET_HASH_SEED that contradicts the recorded seed is refused rather than followed."""
+    path = state_dir / HASH_SEED_FILE
+    wanted = os.environ.get(HASH_SEED_ENV)
+    if path.exists():
+        seed = path.read_text().strip()
+        if wanted is not None and wanted != seed:
+            raise LocalFleetError(f"the fleet in {state_dir} hashes prefixes with seed {seed!r} ({path}), but "
+                                  f"{HASH_SEED_ENV} is {wanted!r}: unset it, or start a new fleet in another state dir",
+                                  code="hash_seed_mismatch", field="hash_seed", status=409)
+        return seed
+    seed = LEGACY_HASH_SEED if (state_dir / FLEET_FILE).exists() and wanted is None else default_seed()
+    path.write_text(seed + "\n")
+    return seed
+
+
+def seed_env(record: FleetRecord) -> dict[str, str]:
+    """The variable that gives a process of the fleet its prefix-hash seed."""
+    return {HASH_SEED_ENV: record.hash_seed} if record.hash_seed is not None else {}
 
 
 def _refuse_if_running(state_dir: Path) -> None:
@@ -208,7 +238,8 @@ def _start_agents(record: FleetRecord, options: UpOptions, progress: Progress) -
         low = options.engine_port_base + index * PORTS_PER_NODE
         port_range = (low, low + PORTS_PER_NODE - 1)
         argv = agent_command(record.controller_url, node, record.token_file, api_port, port_range, state_dir / "agents" / node)
-        info = processes.start("agent", node, argv, Path(record.log_dir) / f"agent-{node}.log", url=f"http://{HOST}:{api_port}")
+        info = processes.start("agent", node, argv, Path(record.log_dir) / f"agent-{node}.log", seed_env(record),
+                               url=f"http://{HOST}:{api_port}")
         _add(record, info)
         progress(f"agent {node}: starting (pid {info.pid}, engine ports {port_range[0]}-{port_range[1]})")
     for info in record.of_kind("agent"):
@@ -244,7 +275,7 @@ def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) 
     argv = gateway_command(record.controller_url, port, options.gateway_table_refresh_s,
                            gateway_state_dir(Path(record.state_dir), "gateway"))
     info = processes.start("gateway", "gateway", argv, Path(record.log_dir) / "gateway.log",
-                           {"FLEET_TOKEN": _read_token(record)}, record.gateway_url)
+                           {"FLEET_TOKEN": _read_token(record), **seed_env(record)}, record.gateway_url)
     _add(record, info)
     progress(f"gateway: starting at {record.gateway_url} (pid {info.pid})")
     wait_for(lambda: gateway_up(record.gateway_url), info, 60.0, "the gateway to load its routing table")

@@ -168,3 +168,16 @@ def test_needs_vllm_rendered_command_parses_as_vllm_flags():
         if token.startswith("--") and token.endswith("-config"):
             json.loads(argv[i + 1])
     assert all(not token.startswith("-") or token.startswith("--") for token in argv)
+
+
+def test_vllms_default_seed_sets_no_pythonhashseed():
+    """vLLM derives NONE_HASH from "vllm-none-hash" when PYTHONHASHSEED is unset (sha256_cbor): nothing to set."""
+    launch = render(spec(), hash_seed="vllm-none-hash")
+    assert "PYTHONHASHSEED" not in launch.env
+
+
+@pytest.mark.parametrize("seed", ["abc", "-1", "4294967296", ""])
+def test_a_seed_python_would_refuse_as_pythonhashseed_is_refused_naming_the_field(seed):
+    with pytest.raises(VllmRenderError) as refused:
+        render(spec(), hash_seed=seed)
+    assert refused.value.field == "hash_seed" and "PYTHONHASHSEED" in str(refused.value)
