@@ -42,12 +42,12 @@ from agent import engine_slot as es
 from agent import process as proc
 from agent.engine_config import fetch_reported, launched_command
 from agent.launch import LaunchError, PortBlock, backend_of, planted_fault_env, port_layout, port_width, render_launch
-from agent.metrics import parse_engine_metrics
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
 from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState, LaunchedCommand, ReportedConfig
 from engine.contract.faults import FAULT_ENV
+from engine.contract.scrape import parse_engine_metrics
 
 log = logging.getLogger("fleetctl.agent.supervisor")
 

@@ -1,5 +1,6 @@
 """Read an engine's key load figures from its Prometheus exposition (vLLM v1 names; the reference engine and
-vLLM both serve them). Pure over the text: the supervisor fetches /metrics and hands the body here.
+vLLM both serve them). Pure over the text: the agent's supervisor (its engines) and the controller (engines it
+adopted) fetch /metrics and hand the body here.
 
 Counters are read from their `_total` samples, the TTFT and inter-token latency histograms from their `_sum`
 and `_count` (the controller's change stream turns their growth into mean latencies). Series with several
@@ -7,7 +8,7 @@ label sets (one per DP rank, `engine="0"`, `"1"`, ...) are summed; the KV usage
 fraction is averaged over ranks so it stays in 0..1. The result always validates as `EngineMetrics`: an
 engine is not trusted to report sane numbers, so a NaN or infinite sample is dropped (as if absent), a
 negative figure reads as 0 and the KV usage fraction is held in 0..1. One odd sample never costs the
-agent its heartbeat.
+agent its heartbeat, nor an adopted engine its place.
 """
 
 from __future__ import annotations

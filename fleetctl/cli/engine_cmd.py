@@ -1,8 +1,10 @@
-"""`fleetctl engine list|show|drain|cordon|uncordon`.
+"""`fleetctl engine list|show|drain|cordon|uncordon|adopt|release`.
 
 `cordon` holds an engine out of traffic while it keeps running (and counting as a replica): the gateways send
 it no new request. It waits until every live gateway has applied the change (the routing generation the
 controller returned), unless --no-wait. `drain` stops the engine and places a replacement.
+`adopt` brings in an engine fleetctl did not launch (an existing vLLM server) after checking it against its
+class; `release` drains it through the gateways and lets it go. fleetctl never signals an adopted engine.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from fleetctl.controller.responses import EngineChange, EngineView
 from fleetctl.errors import NotFound, ValidationFailed
 
 NAME = "engine"
-app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain, cordon, uncordon (direct mode: stop, restart).")
+app = typer.Typer(no_args_is_help=True, help="Engines: list, show, drain, cordon, uncordon, adopt, release (direct "
+                  "mode: stop, restart).")
 GatewayTimeoutOption = Annotated[float, typer.Option("--timeout", min=0, help="seconds to wait for the gateways")]
 
 EngineArg = Annotated[str, typer.Argument(help="engine name (<deployment>-<index>)")]
@@ -129,3 +132,40 @@ def _still_there(api: ControllerClient, name: str) -> list[EngineView]:
         return [api.get_engine(name)]
     except NotFound:
         return []  # stopped and forgotten
+
+
+@app.command()
+def adopt(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Argument(help="the engine's base URL, http://HOST:PORT")],
+    model: Annotated[str, typer.Option("--model", help="the model name it serves (its /v1/models must list it)")],
+    class_ref: Annotated[str, typer.Option("--class", help="the class revision it runs, NAME@rN")],
+    role: Annotated[str, typer.Option("--role", help="mixed | prefill | decode")] = "mixed",
+    kv_events: Annotated[str | None, typer.Option("--kv-events", help="its KV events publisher, tcp://HOST:PORT "
+                                                  "(replay on the next port); without it, no prefix routing")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="its name in the fleet [adopted-HOST-PORT]",
+                                             show_default=False)] = None,
+    reason: ReasonOption = None,
+    output: DetailOutputOption = Format.table,
+) -> None:
+    """Bring in an engine fleetctl did not launch (an existing vLLM server). The controller asks it what it
+    serves and runs and refuses it, naming the setting, when that contradicts the class (a different dtype,
+    KV dtype, window, RoPE scaling or weights would give other answers). Then the gateways route to it;
+    fleetctl never starts, stops or restarts it (`engine release` lets it go)."""
+    engine = client(ctx).adopt_engine(url, model, class_ref, role, kv_events, name, reason)
+    status(f"engine {engine.name}: adopted ({engine.class_ref}, {engine.state})")
+    if output is not Format.table:
+        emit(engine, output)
+
+
+@app.command()
+def release(ctx: typer.Context, name: EngineArg, reason: ReasonOption = None, yes: YesOption = False,
+            timeout: TimeoutOption = 120.0, no_wait: NoWaitOption = False) -> None:
+    """Release an adopted ENGINE: the gateways stop sending it requests at once, and once in-flight ones are
+    done it leaves the fleet. It keeps running: fleetctl sends it no signal. Waits unless --no-wait."""
+    confirm(f"Release adopted engine {name} (the fleet stops routing to it)?", yes)
+    api = client(ctx)
+    result = api.release_engine(name, reason)
+    status(f"engine {name}: draining through the gateways" + (" (already)" if result.result == "unchanged" else ""))
+    if not no_wait:
+        wait_drained(f"engine {name}", lambda: _still_there(api, name), timeout)

@@ -28,6 +28,7 @@ ENGINE_COLUMNS = [
     Column("RUNNING", lambda e: e["metrics"].get("num_requests_running")),
     Column("WAITING", lambda e: e["metrics"].get("num_requests_waiting")),
     Column("KV%", lambda e: _percent(e["metrics"].get("kv_cache_usage_perc"))),
+    Column("HASHES", lambda e: "mismatch" if e.get("hash_mismatch") else None),
     Column("DRIFT", lambda e: _drift(e.get("drift") or [])),
 ]
 DEPLOYMENT_COLUMNS = [

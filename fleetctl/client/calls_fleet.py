@@ -100,6 +100,19 @@ class FleetCalls:
     def drain_engine(name: str, reason: str | None = None) -> Request:
         return Request(path={"name": name}, reason=reason)
 
+    @endpoint("POST", "/api/v1/engines/adopt", EngineView)
+    def adopt_engine(url: str, model: str, class_ref: str, role: str = "mixed", kv_events_endpoint: str | None = None,
+                     name: str | None = None, reason: str | None = None) -> Request:
+        """Bring in an engine fleetctl did not launch; a 422 naming the field when it is refused."""
+        body = {"url": url, "model": model, "class_ref": class_ref, "role": role}
+        body.update({k: v for k, v in {"kv_events_endpoint": kv_events_endpoint, "name": name}.items() if v})
+        return Request(json=body, reason=reason)
+
+    @endpoint("POST", "/api/v1/engines/{name}/release", EngineChange)
+    def release_engine(name: str, reason: str | None = None) -> Request:
+        """Drain an adopted engine through the gateways, then let it go (no signal is sent to it)."""
+        return Request(path={"name": name}, reason=reason)
+
     @endpoint("POST", "/api/v1/engines/{name}/cordon", EngineChange)
     def cordon_engine(name: str, reason: str | None = None) -> Request:
         """Its `generation`: the routing table generation gateways must reach to have applied it."""

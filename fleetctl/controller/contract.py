@@ -91,6 +91,7 @@ class RoutingTable(BaseModel):
 
 
 MAX_SERVED_CLASSES = 256
+MAX_FLAGGED_ENGINES = 4096
 MAX_BUCKETS = 64
 
 
@@ -156,6 +157,11 @@ class GatewayReport(BaseModel):
         default=None, max_length=MAX_SERVED_CLASSES,
         description="cumulative counters per class revision since the gateway started (rollout analysis)",
     )
+    hash_mismatch: list[SafeStr] | None = Field(
+        default=None, max_length=MAX_FLAGGED_ENGINES,
+        description="engines whose KV events hash prefixes with another seed than this gateway's (no prefix "
+        "routing to them); None from a gateway that does not check",
+    )
 
 
 class GatewayView(BaseModel):
@@ -169,3 +175,5 @@ class GatewayView(BaseModel):
     seen_ago_s: float
     stale: bool
     reported_by: str
+    hash_mismatch: list[str] = Field(default_factory=list, description="engines this gateway found hashing "
+                                     "prefixes with another seed, as of its last report")

@@ -43,7 +43,20 @@ def report(session: Session, body: GatewayReport, reporter: str, now: datetime) 
     # the latest counters replace the last ones (they are cumulative); a gateway that sends none (an older
     # one) has none stored
     row.served = None if body.served is None else {ref: c.model_dump() for ref, c in body.served.items()}
+    row.hash_mismatch = None if body.hash_mismatch is None else sorted(set(body.hash_mismatch))
     return row
+
+
+def hash_mismatched(session: Session, now: datetime | None = None) -> set[str]:
+    """The engines a gateway flagged in its latest report (docs/vllm.md); with `now`, live gateways only."""
+    flagged: set[str] = set()
+    for row in session.execute(select(Gateway)).scalars():
+        if not row.hash_mismatch:
+            continue
+        seen_ago_s = max((now - row.last_seen_at).total_seconds(), 0.0) if now is not None else 0.0
+        if not is_stale(seen_ago_s, row.refresh_interval_s):
+            flagged.update(row.hash_mismatch or ())
+    return flagged
 
 
 def served_by_gateway(session: Session, refs: Iterable[str] | None = None,
@@ -102,4 +115,5 @@ def gateway_view(row: Gateway, now: datetime) -> dict[str, Any]:
         "refresh_interval_s": row.refresh_interval_s, "first_seen": row.first_seen_at.isoformat(),
         "last_seen": row.last_seen_at.isoformat(), "seen_ago_s": round(seen_ago_s, 3),
         "stale": is_stale(seen_ago_s, row.refresh_interval_s), "reported_by": row.reported_by,
+        "hash_mismatch": list(row.hash_mismatch or ()),
     }

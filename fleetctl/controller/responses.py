@@ -91,6 +91,10 @@ class EngineView(ResponseModel):
     updated_at: str | None = Field(description="time of the agent's last report; None while pending")
     drift: list[DriftEntry] = Field(default_factory=list, description="how a running engine's config differs "
                                     "from its class revision (live drift); empty when it does not, or is unknown")
+    hash_mismatch: bool = Field(default=False, description="a gateway found its KV events hashing prefixes with "
+                                "another seed than its own (docs/vllm.md): it gets no prefix routing")
+    adopted: bool = Field(default=False, description="an engine fleetctl did not launch, registered by `engine "
+                          "adopt`: routed and scraped, never started, stopped or restarted by fleetctl")
 
 
 class EngineDrift(ResponseModel):

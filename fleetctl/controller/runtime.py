@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fleetctl.controller import canary_streams, drift
+from fleetctl.controller.adoption_reconciler import AdoptedEngineReconciler
 from fleetctl.controller.auth import TokenCache, hash_token
 from fleetctl.controller.canary_probes import CanaryProbeReconciler
 from fleetctl.controller.canary_verdicts import CanaryVerdictReconciler
@@ -55,7 +56,8 @@ def default_reconcilers(settings: ControllerSettings, store: Store, metrics: Con
     deployments a rollout scales are placed at placement's next run. The canary's verdicts before rollouts,
     so a verdict a run folds gates the rollout in the same pass. Then the P:D planner (its `pd_memory` is
     what `pd status` shows) and the rebalance it or an operator started (it holds while a rollout of its
-    model runs), drills (those whose time is up are ended), and the canary probe reconciler,
+    model runs), drills (those whose time is up are ended), the engines fleetctl adopted (probed, and removed
+    once released and drained), and the canary probe reconciler,
     which sends its probes from its own thread (canary_probes.py)."""
     return [FlagReconciler(settings.reconcile_interval_s),
             PlacementReconciler(settings.down_after, settings.reconcile_interval_s),
@@ -64,6 +66,7 @@ def default_reconcilers(settings: ControllerSettings, store: Store, metrics: Con
             PdPlannerReconciler(settings.reconcile_interval_s, pd_memory),
             RebalanceReconciler(settings.reconcile_interval_s, heard_since=started_at),
             DrillReconciler(settings.reconcile_interval_s),
+            AdoptedEngineReconciler(),
             CanaryProbeReconciler(settings, store, metrics)]
 
 

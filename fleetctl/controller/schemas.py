@@ -54,6 +54,32 @@ class ClassApply(Body):
     spec: ReplicaClassSpec
 
 
+def _http_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+        raise ValueError("must be an http(s):// base URL, e.g. http://10.0.0.5:8000")
+    return value.rstrip("/")
+
+
+def _zmq_endpoint(value: str) -> str:
+    if not re.match(r"^tcp://[^/\s:]+:[0-9]{1,5}$", value):
+        raise ValueError("must be a ZMQ endpoint, tcp://HOST:PORT")
+    return value
+
+
+class EngineAdopt(Body):
+    url: Annotated[SafeStr, Field(max_length=500, description="the engine's base URL, http(s)://HOST:PORT"),
+                   AfterValidator(_http_url)]
+    model: NonBlank = Field(description="the model name it serves (its /v1/models must list it)")
+    class_ref: ClassRef = Field(description="the class revision it runs, NAME@rN: what it reports is checked "
+                                "against it")
+    role: Literal["mixed", "prefill", "decode"] = "mixed"
+    kv_events_endpoint: Annotated[SafeStr | None, Field(max_length=500, description="its KV events publisher, "
+                                  "tcp://HOST:PORT (the replay socket is the next port); none: no prefix routing"),
+                                  AfterValidator(lambda v: v if v is None else _zmq_endpoint(v))] = None
+    name: Name | None = Field(default=None, description="the engine's name in the fleet; default "
+                              "adopted-HOST-PORT")
+
+
 class DeploymentSet(Body):
     class_ref: ClassRef = Field(description="NAME@rN, or NAME for its latest revision (stored resolved)")
     model: Annotated[NonBlank, Field(max_length=200)] | None = Field(

@@ -14,17 +14,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from engine.contract import RUNNING_STATES
-from fleetctl.controller import drift, drill_effects, flags, gateways, routing_generation
+from fleetctl.controller import adoption, drift, drill_effects, flags, gateways, routing_generation
 from fleetctl.controller.deployments import deployment_view
-from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy
+from fleetctl.controller.models import (
+    AdoptedEngine, Assignment, ClassRevision, Deployment, Engine, FeatureFlag, Node, TrafficPolicy,
+)
 from fleetctl.controller.nodes import node_view
 from fleetctl.errors import NotFound
 
 PENDING = "pending"  # assigned, not yet reported by the agent
 
 
-def engines(session: Session, node: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
-    """Every assigned or reported engine: the assignment's intent with the agent's last report."""
+def engines(session: Session, node: str | None = None, name: str | None = None,
+            now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every assigned or reported engine: the assignment's intent with the agent's last report, and whether
+    a gateway (a live one, given `now`) finds it hashing prefixes with another seed."""
     assigned_q, observed_q = select(Assignment), select(Engine)
     if node is not None:
         assigned_q, observed_q = assigned_q.where(Assignment.node == node), observed_q.where(Engine.node == node)
@@ -34,7 +38,11 @@ def engines(session: Session, node: str | None = None, name: str | None = None) 
     observed = {(e.node, e.name): e for e in session.execute(observed_q).scalars()}
     keys = sorted(set(assigned) | set(observed), key=lambda k: (k[1], k[0]))
     differences = _drift(session, observed.values())
-    return [_engine_view(assigned.get(key), observed.get(key), differences.get(key)) for key in keys]
+    found = [_engine_view(assigned.get(key), observed.get(key), differences.get(key)) for key in keys]
+    if node in (None, adoption.ADOPTED_NODE):
+        found += [_adopted_view(row) for row in adoption.adopted_engines(session) if name in (None, row.name)]
+    flagged = gateways.hash_mismatched(session, now)
+    return [{**view, "hash_mismatch": view["name"] in flagged} for view in found]
 
 
 def _drift(session: Session, observed: Any) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -45,8 +53,8 @@ def _drift(session: Session, observed: Any) -> dict[tuple[str, str], list[dict[s
             for e in running if e.class_ref in specs}
 
 
-def engine(session: Session, name: str) -> dict[str, Any]:
-    found = engines(session, name=name)
+def engine(session: Session, name: str, now: datetime | None = None) -> dict[str, Any]:
+    found = engines(session, name=name, now=now)
     if not found:
         raise NotFound(f"no engine {name!r}", field="engine")
     assigned = [e for e in found if e["deployment"] is not None]
@@ -64,7 +72,18 @@ def _engine_view(a: Assignment | None, e: Engine | None, differences: list[dict[
         "kv_events_endpoint": e.kv_events_endpoint if e else None,
         "restarts": e.restarts if e else 0, "last_exit": e.last_exit if e else None,
         "metrics": e.metrics if e else {}, "updated_at": e.updated_at.isoformat() if e else None,
-        "drift": differences or [],
+        "drift": differences or [], "adopted": False,
+    }
+
+
+def _adopted_view(row: AdoptedEngine) -> dict[str, Any]:
+    """An adopted engine as an engine view: on no agent's node, in no deployment, never restarted by us."""
+    return {
+        "name": row.name, "node": adoption.ADOPTED_NODE, "deployment": None, "model": row.model,
+        "class_ref": row.class_ref, "role": row.role, "state": row.state, "drain": row.state == adoption.DRAINING,
+        "cordoned": False, "url": row.url, "port": None, "pid": None, "kv_events_endpoint": row.kv_events_endpoint,
+        "restarts": 0, "last_exit": row.last_error, "metrics": row.metrics, "updated_at": row.checked_at.isoformat(),
+        "drift": [], "adopted": True,
     }
 
 
@@ -88,7 +107,7 @@ def deployments(session: Session, engine_views: list[dict[str, Any]]) -> list[di
 
 
 def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
-    engine_views = engines(session)
+    engine_views = engines(session, now=now)
     return {
         "controller": {"leader": leader, "at": now.isoformat()},
         "nodes": nodes(session, now),
@@ -112,24 +131,28 @@ def routing_content(session: Session) -> dict[str, Any]:
     deps = list(session.execute(select(Deployment).order_by(Deployment.name)).scalars())
     policies = {p.model: p.weights for p in session.execute(select(TrafficPolicy)).scalars()}
     specs = {c.ref: c.spec for c in session.execute(select(ClassRevision)).scalars()}
+    adopted = adoption.adopted_engines(session)
     return {
-        "models": _models(deps, policies, specs, drill_effects.misroutes(session)),
-        "engines": _routing_engines(session),
+        "models": _models(deps, policies, specs, drill_effects.misroutes(session), adopted),
+        "engines": _routing_engines(session) + [_adopted_route(row) for row in adopted],
         "flags": {f.name: f.value for f in session.execute(select(FeatureFlag).order_by(FeatureFlag.name)).scalars()},
     }
 
 
 def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: dict[str, Any],
-            misroutes: dict[str, drill_effects.Misroute]) -> dict[str, Any]:
-    """Each model's traffic (its policy, else every deployed revision equally), with a misroute drill in
-    effect applied on top: gateways send the drill's fraction to its target with no change of their own,
-    while the stored policy keeps the operator's weights."""
+            misroutes: dict[str, drill_effects.Misroute], adopted: list[AdoptedEngine]) -> dict[str, Any]:
+    """Each model's traffic (its policy, else every deployed or adopted revision equally), with a misroute
+    drill in effect applied on top: gateways send the drill's fraction to its target with no change of their
+    own, while the stored policy keeps the operator's weights."""
     roles: dict[str, set[str]] = defaultdict(set)
     deployed: dict[str, dict[str, float]] = defaultdict(dict)
     for d in deps:
         if d.replicas > 0:
             roles[d.model].add(d.role)
             deployed[d.model][d.class_ref] = 1.0
+    for row in adopted:
+        roles[row.model].add(row.role)
+        deployed[row.model][row.class_ref] = 1.0
     models = {}
     for model in sorted(set(deployed) | set(policies)):
         traffic = {ref: float(w) for ref, w in (policies.get(model) or deployed[model]).items()}
@@ -142,6 +165,12 @@ def _models(deps: list[Deployment], policies: dict[str, dict[str, Any]], specs: 
             "classes": {ref: specs[ref] for ref in sorted(set(traffic) | set(deployed[model])) if ref in specs},
         }
     return models
+
+
+def _adopted_route(row: AdoptedEngine) -> dict[str, Any]:
+    return {"name": row.name, "node": adoption.ADOPTED_NODE, "model": row.model, "class_ref": row.class_ref,
+            "role": row.role, "url": row.url, "state": row.state, "kv_events_endpoint": row.kv_events_endpoint,
+            "metrics": row.metrics, "cordoned": False}
 
 
 def _routing_engines(session: Session) -> list[dict[str, Any]]:

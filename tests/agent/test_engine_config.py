@@ -3,7 +3,8 @@ exposition: no GPU here), and the launch report (bounded, redacted, only what th
 
 from __future__ import annotations
 
-from agent.engine_config import cache_config_labels, launched_command, vllm_reported
+from agent.engine_config import launched_command
+from engine.contract.reported import cache_config_labels, vllm_reported
 from agent.process import agent_set_env
 from engine.contract.launched import ARGV_MAX, REDACTED
 

@@ -42,6 +42,7 @@ DESTRUCTIVE = {
     "breakglass reconcile",  # a revert restarts engines and drops pins
     "runbook run",  # its steps drain, pin and shed (it confirms each step unless --yes)
     "pd rebalance",  # it drains engines and restarts them in another role
+    "engine release",  # the gateways stop routing to an adopted engine
 }
 OTHER = {
     "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",
@@ -56,6 +57,7 @@ OTHER = {
     "pd stop",  # the flip in progress finishes; nothing more moves
     "pd profile",  # measures one engine with a short burst of requests and stores the figures
     "pd mode",  # the planner's settings (in auto mode it rebalances as `pd rebalance` would, within its limits)
+    "engine adopt",  # checks an engine fleetctl did not launch against its class and adds it: serving goes on
 }
 OUTPUT_FORMATS = {"table", "json", "yaml"}
 

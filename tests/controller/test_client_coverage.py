@@ -10,10 +10,12 @@ from datetime import datetime, timezone
 
 import asyncio
 import functools
+import http.server
 import inspect
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -177,6 +179,38 @@ class Checked:
         assert sorted(routes_tagged(FAMILIES[family]) - self.covered) == [], f"{family} routes not round-tripped"
 
 
+class EngineAnswers:
+    """A stand-in for an engine on loopback that answers what adoption asks (/v1/models, /metrics,
+    /v1/fleet/config) with a reference engine's empty account: this test checks the client's round trip of
+    the adopt and release replies, not adoption (tests/gateway/test_engine_adoption_process.py does, on a real
+    engine)."""
+
+    def __init__(self, model: str) -> None:
+        answers = {"/v1/models": json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}),
+                   "/metrics": "", "/v1/fleet/config": json.dumps({"source": "reference", "settings": {}})}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                body = answers.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.end_headers()
+                self.wfile.write((body or "").encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "EngineAnswers":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @pytest.fixture
 def checked(db_url: str, tmp_path: Path) -> Iterator[Checked]:
     settings = ControllerSettings(db_url=db_url, state_dir=tmp_path, port=0, background=False, heartbeat_interval_s=5.0)
@@ -222,6 +256,10 @@ def test_fleet_reads_and_drains_round_trip(checked: Checked) -> None:
     assert checked("operator", "uncordon_node", NODE).result == "changed"
     assert "fleet_" in checked("viewer", "metrics")
     assert checked("viewer", "routing").engines[0].name == engine
+    with EngineAnswers(SPEC["model"]) as outside:  # an engine fleetctl did not launch
+        adopted = checked("operator", "adopt_engine", outside.url, SPEC["model"], "chat@r1", reason="test")
+        assert (adopted.adopted, adopted.node, adopted.state) == (True, "adopted", "ready")
+        assert checked("operator", "release_engine", adopted.name).state == "draining"
     checked.assert_covered("fleet")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.metrics import parse_engine_metrics
+from engine.contract.scrape import parse_engine_metrics
 from engine.contract import EngineMetrics, EngineObserved
 
 # As vLLM v1 exposes them (docs: reference/vllm-contracts.md), with two DP ranks for the summing rules.

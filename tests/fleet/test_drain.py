@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fleet_helpers import agents, controller, converged, engines_by_name, wait_until
 
-from agent.metrics import parse_engine_metrics
+from engine.contract.scrape import parse_engine_metrics
 
 pytestmark = pytest.mark.slow
 

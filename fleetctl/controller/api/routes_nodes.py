@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import engine_cordon, nodes, routing_generation, views
+from fleetctl.controller import adoption, engine_cordon, nodes, routing_generation, views
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
 from fleetctl.controller.responses import EngineChange, EngineView, NodeChange, NodeDetail, NodeView
 from fleetctl.controller.runtime import ControllerRuntime
-from fleetctl.controller.schemas import Body
+from fleetctl.controller.schemas import Body, EngineAdopt
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
 read = [Depends(require(VIEWER))]
@@ -33,7 +34,7 @@ def node_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> d
 
 
 def _node_detail(session: Session, name: str, runtime: ControllerRuntime) -> dict[str, Any]:
-    engines = views.engines(session, node=name)
+    engines = views.engines(session, node=name, now=runtime.clock())
     return {**nodes.node_view(nodes.get_node(session, name), runtime.clock(), sum(e["deployment"] is not None for e in engines)),
             "engine_list": engines}
 
@@ -70,13 +71,13 @@ def node_drain(name: str, body: Body | None = None, change: Change = Depends(mut
 @router.get("/engines", name="engine.list", response_model=list[EngineView], dependencies=read)
 def engine_list(node: str | None = None, runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
-        return views.engines(session, node=node)
+        return views.engines(session, node=node, now=runtime.clock())
 
 
 @router.get("/engines/{name}", name="engine.show", response_model=EngineView, dependencies=read)
 def engine_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> dict[str, Any]:
     with runtime.store.session() as session:
-        return views.engine(session, name)
+        return views.engine(session, name, runtime.clock())
 
 
 @router.post("/engines/{name}/drain", name="engine.drain", response_model=EngineChange)
@@ -116,3 +117,39 @@ def _engine_cordon(name: str, change: Change, cordoned: bool) -> dict[str, Any]:
         generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
         view = views.engine(session, name)
     return {**view, "result": "changed" if changed else "unchanged", "generation": generation}
+
+
+@router.post("/engines/adopt", name="engine.adopt", response_model=EngineView)
+def engine_adopt(body: EngineAdopt, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Bring in an engine fleetctl did not launch (an existing vLLM server): probed first, and refused with a
+    422 naming the field when it cannot be reached, does not serve `model`, or reports a correctness-tagged
+    setting that contradicts its class revision. Then gateways route to it; fleetctl never starts, stops or
+    restarts it (docs/vllm.md)."""
+    runtime = change.runtime
+    name = body.name or adoption.default_name(body.url)
+    with runtime.store.session() as session:
+        spec = adoption.class_spec(session, body.class_ref)
+        adoption.check_name_free(session, name)
+    with httpx.Client() as http:  # no store session is held across the I/O
+        probe = adoption.probe_engine(http, body.url, spec.backend)
+    request = adoption.Adoption(name, body.url, body.model, body.class_ref, body.role, body.kv_events_endpoint)
+    with runtime.store.session() as session:
+        adoption.check_name_free(session, name)
+        adoption.adopt(session, request, spec, probe, runtime.clock(), change.actor)
+        change.record(session, target=name, result=OK)
+        view = views.engine(session, name, runtime.clock())
+    runtime.wake()
+    return view
+
+
+@router.post("/engines/{name}/release", name="engine.release", response_model=EngineChange)
+def engine_release(name: str, body: Body | None = None, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Release an adopted engine: gateways stop sending it requests at once (`draining`); once they all
+    have and nothing runs on it, it leaves the fleet. No signal is sent to it."""
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        changed = adoption.release(session, name, runtime.clock())
+        change.record(session, target=name, result=OK if changed else NOOP)
+        view = views.engine(session, name, runtime.clock())
+    runtime.wake()
+    return {**view, "result": "changed" if changed else "unchanged"}

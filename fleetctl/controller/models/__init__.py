@@ -19,7 +19,7 @@ from fleetctl.controller.models.canary import (
     CanaryEvent, CanaryProbe, CanaryReference, CanaryStream, Drill, GoldenSetRow,
 )
 from fleetctl.controller.models.fleet import (
-    Assignment, ClassRevision, Deployment, Engine, Gateway, Node, RoutingState, TrafficPolicy,
+    AdoptedEngine, Assignment, ClassRevision, Deployment, Engine, Gateway, Node, RoutingState, TrafficPolicy,
 )
 from fleetctl.controller.models.operations import ApiToken, AuditEvent, DirectActionRow, FeatureFlag
 from fleetctl.controller.models.pd import PdModelSettings, PdProfile, RebalanceEvent, RebalanceRow
@@ -32,6 +32,7 @@ __all__ = [
     "Base",
     "UTCDateTime",
     "Versioned",
+    "AdoptedEngine",
     "Assignment",
     "ClassRevision",
     "Deployment",

@@ -70,6 +70,28 @@ class Engine(Base):
     updated_at: Mapped[datetime]
 
 
+class AdoptedEngine(Base):
+    """An engine fleetctl did not launch (a vLLM server already running), registered by `fleetctl engine adopt`:
+    routed, scraped and shown like the others, never started, stopped or restarted (adoption.py)."""
+
+    __tablename__ = "adopted_engines"
+
+    name: Mapped[str] = mapped_column(String(NAME + 12), primary_key=True)
+    url: Mapped[str] = mapped_column(String(500))
+    model: Mapped[str] = mapped_column(String(200))
+    class_ref: Mapped[str] = mapped_column(ForeignKey("class_revisions.ref"))
+    role: Mapped[str] = mapped_column(String(16))
+    kv_events_endpoint: Mapped[str | None] = mapped_column(String(500))
+    state: Mapped[str] = mapped_column(String(16))  # ready | unreachable | draining
+    metrics: Mapped[dict[str, Any]]  # EngineMetrics, from its /metrics at the last probe
+    reported: Mapped[dict[str, Any] | None]  # ReportedConfig: its own account of its settings, at adoption
+    last_error: Mapped[str | None] = mapped_column(Text)  # why the last probe failed
+    adopted_at: Mapped[datetime]
+    adopted_by: Mapped[str] = mapped_column(String(NAME + 2))
+    checked_at: Mapped[datetime]  # the last probe
+    draining_since: Mapped[datetime | None]  # released: gateways route it nothing new from then on
+
+
 class ClassRevision(Base):
     """Immutable. Content-addressed: (name, digest) is unique, so identical content is the same revision."""
 
@@ -133,3 +155,5 @@ class Gateway(Base):
     reported_by: Mapped[str] = mapped_column(String(NAME + 2))  # the token that reported
     # class_ref -> cumulative counters (contract.ServedCountersModel) from its latest report; None: it never sent any
     served: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # engines whose KV events hash prefixes with another seed than the gateway's, from its latest report
+    hash_mismatch: Mapped[list[str] | None] = mapped_column(JSON)
