@@ -115,7 +115,8 @@ def engine_row(key: str, raw: Mapping[str, Any], node: Mapping[str, Any] | None,
     rates = raw.get("rates") or {}
     node_name = str(raw.get("node", ""))
     state = str(raw.get("state", ""))
-    node_down = node is None or node.get("state") == "down"
+    # an adopted engine (fleetctl did not launch it) runs on no agent's node: its own state says it all
+    node_down = not raw.get("adopted") and (node is None or node.get("state") == "down")
     if node_down:
         state = "node down"
     elif raw.get("drain") and state in ("ready", "starting", "pending"):
@@ -167,7 +168,7 @@ def node_row(name: str, node: Mapping[str, Any]) -> FleetRow:
 
 
 def _tone(state: str, drifted: bool, node: Mapping[str, Any] | None) -> str:
-    if state in ("failed", "node down", "down"):
+    if state in ("failed", "node down", "down", "unreachable"):
         return ERROR
     if state in ("draining", CORDONED_STATE) or (node is not None and node.get("draining")):
         return DRAINING

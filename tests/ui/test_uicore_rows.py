@@ -7,7 +7,7 @@ from uicore_data import DRIFT, change, delta, engine, node, small_fleet
 from fleetctl.watch_state import FleetState
 from ui.columns import fit, line
 from ui.fleet_filter import parse_filter
-from ui.fleet_rows import COLUMNS, DRAINING, DRIFTED, ERROR, NORMAL, PENDING, FleetRows, natural
+from ui.fleet_rows import COLUMNS, DRAINING, DRIFTED, ERROR, NORMAL, PENDING, FleetRows, engine_row, natural
 
 
 def rows_of(snapshot=None) -> tuple[FleetState, FleetRows]:
@@ -38,6 +38,16 @@ def test_an_engine_on_a_node_that_goes_down_reads_node_down() -> None:
     changed = rows.update(fleet, fleet.apply(delta(change("node", "node-1", {"state": "down"}))))
     assert changed == {"node-1/e-1", "node-1/e-2"}
     assert rows.rows["node-1/e-1"].state == "node down" and rows.rows["node-1/e-1"].tone == ERROR
+
+
+def test_an_adopted_engine_on_no_agents_node_reads_its_own_state() -> None:
+    """An engine fleetctl adopted runs on no agent's node ('adopted' is no node row): never 'node down'."""
+    adopted = {"name": "adopted-10-0-0-5-8100", "node": "adopted", "model": "m", "class_ref": "m@r1",
+               "role": "mixed", "state": "ready", "adopted": True, "metrics": {}}
+    assert engine_row("adopted/x", adopted, None).state == "ready"
+    gone = engine_row("adopted/x", {**adopted, "state": "unreachable"}, None)
+    assert (gone.state, gone.tone) == ("unreachable", ERROR)
+    assert engine_row("n/x", {**adopted, "adopted": False}, None).state == "node down"  # an agent's, unheard
 
 
 def test_filter_terms() -> None:
