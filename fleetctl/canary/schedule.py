@@ -405,12 +405,12 @@ def stream_interval(stream: Stream, history: StreamHistory, factor: float) -> fl
 
 def _planned(snapshot: ScheduleSnapshot, stream: Stream) -> PlannedProbe:
     index = snapshot.streams.get(stream.key, StreamHistory()).next_index
-    first, *others = batch_slots(stream, index)
+    slots = batch_slots(stream, index)
     key = stream.key
-    return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, prompt=first.prompt,
-                        expected_tokens=slot_tokens(first) + sum(slot_tokens(s) for s in others),
+    return PlannedProbe(stream=key, model=key.model, kind=key.kind, pin=key.class_ref, prompt=slots[0].prompt,
+                        expected_tokens=sum(slot_tokens(s) for s in slots),
                         engine=pinned_engine(snapshot, key, index // stream.rows, stream.urgent, stream.lane),
-                        companions=tuple(s.prompt for s in others))
+                        companions=tuple(s.prompt for s in slots[1:]))
 
 
 def pinned_engine(snapshot: ScheduleSnapshot, key: StreamKey, index: int, urgent: Urgency | None = None,

@@ -47,15 +47,13 @@ def report(session: Session, body: GatewayReport, reporter: str, now: datetime) 
     return row
 
 
-def hash_mismatched(session: Session, now: datetime | None = None) -> set[str]:
-    """The engines a gateway flagged in its latest report (docs/vllm.md); with `now`, live gateways only."""
+def hash_mismatched(session: Session, now: datetime) -> set[str]:
+    """The engines a live gateway flagged in its latest report (docs/vllm.md)."""
     flagged: set[str] = set()
     for row in session.execute(select(Gateway)).scalars():
-        if not row.hash_mismatch:
-            continue
-        seen_ago_s = max((now - row.last_seen_at).total_seconds(), 0.0) if now is not None else 0.0
-        if not is_stale(seen_ago_s, row.refresh_interval_s):
-            flagged.update(row.hash_mismatch or ())
+        if row.hash_mismatch and not is_stale(max((now - row.last_seen_at).total_seconds(), 0.0),
+                                              row.refresh_interval_s):
+            flagged.update(row.hash_mismatch)
     return flagged
 
 

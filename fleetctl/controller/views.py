@@ -25,10 +25,9 @@ from fleetctl.errors import NotFound
 PENDING = "pending"  # assigned, not yet reported by the agent
 
 
-def engines(session: Session, node: str | None = None, name: str | None = None,
-            now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every assigned or reported engine: the assignment's intent with the agent's last report, and whether
-    a gateway (a live one, given `now`) finds it hashing prefixes with another seed."""
+def engines(session: Session, now: datetime, node: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    """Every assigned or reported engine, and every adopted one: the assignment's intent with the agent's last
+    report, and whether a live gateway finds it hashing prefixes with another seed."""
     assigned_q, observed_q = select(Assignment), select(Engine)
     if node is not None:
         assigned_q, observed_q = assigned_q.where(Assignment.node == node), observed_q.where(Engine.node == node)
@@ -53,8 +52,8 @@ def _drift(session: Session, observed: Any) -> dict[tuple[str, str], list[dict[s
             for e in running if e.class_ref in specs}
 
 
-def engine(session: Session, name: str, now: datetime | None = None) -> dict[str, Any]:
-    found = engines(session, name=name, now=now)
+def engine(session: Session, name: str, now: datetime) -> dict[str, Any]:
+    found = engines(session, now, name=name)
     if not found:
         raise NotFound(f"no engine {name!r}", field="engine")
     assigned = [e for e in found if e["deployment"] is not None]
@@ -107,7 +106,7 @@ def deployments(session: Session, engine_views: list[dict[str, Any]]) -> list[di
 
 
 def status(session: Session, now: datetime, leader: bool) -> dict[str, Any]:
-    engine_views = engines(session, now=now)
+    engine_views = engines(session, now)
     return {
         "controller": {"leader": leader, "at": now.isoformat()},
         "nodes": nodes(session, now),

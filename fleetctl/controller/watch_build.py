@@ -96,7 +96,7 @@ class WatchBuilder:
 
     def build(self, session: Session, now: datetime) -> Resources:
         nodes = views.nodes(session, now)
-        engines = views.engines(session, now=now)
+        engines = views.engines(session, now)
         gateway_views = gateways.list_gateways(session, now)
         # the overrides in force: a flag at its default is not news (GET /api/v1/flags lists every flag)
         flag_views = {key: view for key, view in flags.list_flags(session, now).items() if view["overridden"]}

@@ -46,7 +46,6 @@ class EngineHashRecord:
     checked: int = 0
     matched: int = 0
     mismatches_in_a_row: int = 0
-    example: int | None = None  # an engine hash that did not match, for the status line
 
     @property
     def status(self) -> HashStatus:
@@ -78,7 +77,6 @@ class HashChecks:
                 record.mismatches_in_a_row = 0
             else:
                 record.mismatches_in_a_row += 1
-                record.example = event.block_hashes[0]
 
     def status(self, engine: str) -> HashStatus:
         record = self._records.get(engine)

@@ -34,7 +34,7 @@ def node_show(name: str, runtime: ControllerRuntime = Depends(get_runtime)) -> d
 
 
 def _node_detail(session: Session, name: str, runtime: ControllerRuntime) -> dict[str, Any]:
-    engines = views.engines(session, node=name, now=runtime.clock())
+    engines = views.engines(session, runtime.clock(), node=name)
     return {**nodes.node_view(nodes.get_node(session, name), runtime.clock(), sum(e["deployment"] is not None for e in engines)),
             "engine_list": engines}
 
@@ -71,7 +71,7 @@ def node_drain(name: str, body: Body | None = None, change: Change = Depends(mut
 @router.get("/engines", name="engine.list", response_model=list[EngineView], dependencies=read)
 def engine_list(node: str | None = None, runtime: ControllerRuntime = Depends(get_runtime)) -> list[dict[str, Any]]:
     with runtime.store.session() as session:
-        return views.engines(session, node=node, now=runtime.clock())
+        return views.engines(session, runtime.clock(), node=node)
 
 
 @router.get("/engines/{name}", name="engine.show", response_model=EngineView, dependencies=read)
@@ -87,7 +87,7 @@ def engine_drain(name: str, body: Body | None = None, change: Change = Depends(m
     with runtime.store.session() as session:
         _node, changed = nodes.drain_engine(session, name)
         change.record(session, target=name, result=OK if changed else NOOP)
-        view = views.engine(session, name)
+        view = views.engine(session, name, runtime.clock())
     runtime.wake()
     return {**view, "result": "changed" if changed else "unchanged"}
 
@@ -115,7 +115,7 @@ def _engine_cordon(name: str, change: Change, cordoned: bool) -> dict[str, Any]:
         changed = engine_cordon.set_engine_cordon(session, name, cordoned)
         change.record(session, target=name, result=OK if changed else NOOP)
         generation, _table = routing_generation.stamp(session, lambda: views.routing_content(session))
-        view = views.engine(session, name)
+        view = views.engine(session, name, runtime.clock())
     return {**view, "result": "changed" if changed else "unchanged", "generation": generation}
 
 
