@@ -19,7 +19,8 @@ from functools import cached_property
 from typing import Any
 
 from fleetctl.controller.contract import GatewayView
-from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView, NodeView, TrafficView
+from fleetctl.controller.canary_responses import CanaryStreamView
+from fleetctl.controller.responses import DrillView, FlagView, NodeView, TrafficView
 from fleetctl.controller.rollout.view import RolloutView
 from fleetctl.controller.watch_contract import (
     CONTROLLER_KEY,

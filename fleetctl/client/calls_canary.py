@@ -6,9 +6,8 @@ from typing import Any
 
 from fleetctl.client.endpoint import Request, endpoint, params_of
 from fleetctl.controller.canary_ref_responses import GoldenSetStored, GoldenSetSummary, ReferenceSummary
-from fleetctl.controller.responses import (
-    CanaryClassView, CanaryEventView, CanaryStreamView, DrillStarted, DrillStopResult, DrillView,
-)
+from fleetctl.controller.canary_responses import CanaryClassView, CanaryEventView, CanaryStreamView
+from fleetctl.controller.responses import DrillStarted, DrillStopResult, DrillView
 
 
 class CanaryCalls:

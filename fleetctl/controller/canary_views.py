@@ -1,4 +1,4 @@
-"""What the canary API serves (responses.Canary*View shapes), read from the store: every stream's verdict
+"""What the canary API serves (canary_responses.Canary*View shapes), read from the store: every stream's verdict
 with its evidence, one class revision's streams and probe history, and the verdict changes (events)."""
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ The routes declare them (`response_model=`), so the OpenAPI schema documents eve
 controller client (the fleetctl.client package) parses replies into them, so the CLI and the TUI read typed values.
 
 Invariants:
-- Torch-free and free of the controller's runtime: this module imports only pydantic, the wire types of
-  `contract.py` and the canary's plain types (`fleetctl/canary/types.py`), never `models`, `db` or `runtime`,
-  so a client imports it without SQLAlchemy.
+- Torch-free and free of the controller's runtime: this module imports only pydantic and the wire types of
+  `contract.py`, never `models`, `db` or `runtime`, so a client imports it without SQLAlchemy. The quality
+  canary's answers are in canary_responses.py, the P:D API's in pd_responses.py, on the same terms.
 - A model's fields are the keys its view function builds (views.py, nodes.py, classes.py, ...), in the
   same order, so declaring the model leaves the JSON body as it is. Times are ISO 8601 strings, as sent.
 - Models ignore unknown fields, so a client keeps working against a newer controller that adds some; fields
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetctl.canary.types import Evidence, ProbeKind, Score, Verdict
 from fleetctl.controller.contract import GatewayView, HeartbeatResponse, RegisterResponse, RoutingEngine, RoutingModel, RoutingTable
 
 FlagValue = bool | int | float | str
@@ -389,60 +388,8 @@ class AuditEventView(ResponseModel):
     detail: dict[str, Any] | None = Field(description="what a guard explicitly let through")
 
 
-# --- the quality canary ---
-
-class CanaryStreamView(ResponseModel):
-    model: str = Field(description="the served model")
-    kind: ProbeKind = Field(description="pinned: one class revision at one batch condition; production: the "
-                            "model's production path (a mixture of whatever serves it)")
-    class_ref: str | None = Field(description="the class revision (pinned); None for the production stream")
-    condition: int | None = Field(description="the batch condition (pinned: 1, 4, 8, 16); None for production")
-    batch: str = Field(description="'b1', 'b4', ... or 'mixed'")
-    verdict: Verdict = Field(description="healthy | drifting | failing | not_measured")
-    since: str | None = Field(description="when the verdict last changed")
-    blamed: str | None = Field(description="while alarmed: the class revision (and engine) serving most of "
-                               "the bad answers ('class_ref engine' when one engine did)")
-    evidence: Evidence | None = Field(description="the tests' statistics against their thresholds and the window's "
-                                      "bad probes; None when there is no reference to judge by")
-
-
-class CanaryProbeView(ResponseModel):
-    id: int = Field(description="sequence number, increasing")
-    at: str = Field(description="when it was sent")
-    model: str = Field(description="the served model")
-    kind: ProbeKind = Field(description="pinned | production")
-    class_ref: str | None = Field(description="the revision that served it")
-    engine: str | None = Field(description="the engine that served it")
-    condition: int = Field(description="its batch condition")
-    batch_size: int | None = Field(description="the running batch the engine reported; None: not reported")
-    prompt_id: str = Field(description="the golden prompt")
-    reference_id: int | None = Field(description="the reference it was scored against")
-    score: Score | None = Field(description="the score; None when the probe failed")
-    error: str | None = Field(description="why the probe failed")
-
-
-class CanaryClassView(ResponseModel):
-    class_ref: str = Field(description="the class revision")
-    streams: list[CanaryStreamView] = Field(description="its pinned streams, and its model's production stream")
-    probes: list[CanaryProbeView] = Field(description="the latest probes it served, oldest first")
-
-
-class CanaryEventView(ResponseModel):
-    id: int = Field(description="sequence number, increasing")
-    at: str = Field(description="when the verdict changed")
-    model: str = Field(description="the served model")
-    kind: ProbeKind = Field(description="pinned | production")
-    class_ref: str | None = Field(description="the class revision (pinned)")
-    condition: int | None = Field(description="the batch condition (pinned)")
-    batch: str = Field(description="'b1', ... or 'mixed'")
-    verdict_from: Verdict = Field(description="the verdict before")
-    verdict_to: Verdict = Field(description="the verdict after")
-    message: str = Field(description="the change and why, in one line")
-    evidence: Evidence | None = Field(description="the evidence when it changed")
-
-
 __all__ = [
-    "AuditEventView", "CanaryClassView", "CanaryEventView", "CanaryProbeView", "CanaryStreamView", "ClassApplied", "ClassHistoryEntry", "ClassRevisionView", "ClassSummary", "ControllerInfo",
+    "AuditEventView", "ClassApplied", "ClassHistoryEntry", "ClassRevisionView", "ClassSummary", "ControllerInfo",
     "CorrectnessDifferenceView", "DeploymentDeleted", "DrillStarted", "DrillStopResult", "DrillView", "DriftEntry", "EngineDrift", "DeploymentSetResult", "DeploymentStatus", "DeploymentView",
     "EngineChange", "EngineView", "FieldDifference", "FlagSetResult", "FlagValue", "FlagView", "FleetStatus",
     "GatewayView", "Health", "HeartbeatResponse", "NodeCapacity", "NodeChange", "NodeDetail", "NodeView",

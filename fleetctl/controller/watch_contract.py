@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from fleetctl.controller.contract import GatewayView
+from fleetctl.controller.canary_responses import CanaryStreamView
 from fleetctl.controller.responses import (
-    CanaryStreamView,
     DrillView,
     EngineView,
     FlagView,

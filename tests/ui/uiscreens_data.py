@@ -11,7 +11,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fleetctl.controller.contract import GatewayView
-from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView, RevisionTraffic, TrafficView
+from fleetctl.controller.canary_responses import CanaryStreamView
+from fleetctl.controller.responses import DrillView, FlagView, RevisionTraffic, TrafficView
 from fleetctl.controller.rollout.view import GateView, MeasurementView, RolloutView, StepView
 from fleetctl.controller.watch_contract import (
     CONTROLLER_KEY,

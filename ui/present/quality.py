@@ -16,7 +16,8 @@ from datetime import datetime, tzinfo
 from rich.text import Text
 
 from fleetctl.canary.types import BATCH_CONDITIONS, condition_label
-from fleetctl.controller.responses import CanaryStreamView, DrillView, FlagView
+from fleetctl.controller.canary_responses import CanaryStreamView
+from fleetctl.controller.responses import DrillView, FlagView
 from ui.present.timefmt import NONE, clock_time, duration, seconds_until
 
 PRODUCTION = "production"

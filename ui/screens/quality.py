@@ -16,7 +16,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from fleetctl.controller.responses import CanaryStreamView, DrillView
+from fleetctl.controller.canary_responses import CanaryStreamView
+from fleetctl.controller.responses import DrillView
 from fleetctl.watch_state import Applied, FleetState
 from ui.present import quality as present
 from ui.screens.base import BaseScreen

@@ -11,7 +11,7 @@ from fleetctl.controller import canary_views
 from fleetctl.controller.api.deps import get_runtime, require
 from fleetctl.controller.auth import VIEWER
 from fleetctl.controller.canary_streams import DesignSettings
-from fleetctl.controller.responses import CanaryClassView, CanaryEventView, CanaryStreamView
+from fleetctl.controller.canary_responses import CanaryClassView, CanaryEventView, CanaryStreamView
 from fleetctl.controller.runtime import ControllerRuntime
 
 router = APIRouter(prefix="/api/v1/canary", tags=["canary"])
