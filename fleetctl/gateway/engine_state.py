@@ -2,12 +2,16 @@
 sample, the rates derived from its scrapes, and the gateway's own requests in flight on it.
 
 Scrapes come every ~second; the gateway's own counts change the instant a request is sent or finishes, so
-the load the router sees is the last sample corrected by what the gateway did since:
+the load the router sees is the gateway's own requests now plus the others' the last sample showed:
 
-    waiting = sample.waiting + (own requests not yet at their first token now - then, at the sample)
-    running = sample.running + (own requests decoding now - then)
+    others   = sample.running + sample.waiting - own requests the scrape may have counted
+    running  = own requests decoding now + the others' running (at most sample.running - own decoding)
+    waiting  = own requests not yet at their first token now + the rest of the others
 
-(never below the gateway's own counts, never below zero).
+"Own requests the scrape may have counted" are those in flight at any moment between sending the scrape and
+reading its answer (`begin_scrape` opens that window): one that finished while the answer was on its way, or
+that the engine already ran while the gateway still waited for its first token, is the gateway's, not a
+phantom other request holding a decode slot until the next scrape.
 
 `take_sample` returns the rates derived since the previous sample; the service pools them per class.
 
@@ -72,8 +76,9 @@ class EngineLive:
     sampled_at: float | None = None
     last_rates: SampleRates | None = None
     inflight: dict[int, InFlight] = field(default_factory=dict)
-    _own_prefilling_at_sample: int = 0
-    _own_decoding_at_sample: int = 0
+    others_waiting: int = 0  # requests on the engine at the last sample that are not the gateway's own
+    others_running: int = 0
+    _scrape_window: dict[int, InFlight] | None = None  # own requests in flight since the scrape was sent
 
     # --- health ---
 
@@ -94,17 +99,31 @@ class EngineLive:
 
     # --- metrics ---
 
+    def begin_scrape(self) -> None:
+        """A scrape is on its way: every own request in flight from now until its answer may be in it."""
+        self._scrape_window = dict(self.inflight)
+
+    def scrape_failed(self) -> None:
+        self._scrape_window = None
+
     def take_sample(self, sample: EngineSample) -> SampleRates | None:
         rates = derive_rates(self.sample, sample) if self.sample is not None else None
         self.sample, self.sampled_at, self.last_rates = sample, self.clock(), rates
-        self._own_prefilling_at_sample = self.own_prefilling
-        self._own_decoding_at_sample = self.own_decoding
+        window = self._scrape_window if self._scrape_window is not None else dict(self.inflight)
+        self._scrape_window = None
+        # a request finished since, or decoding now, was past its prefill when the engine answered
+        own_decoding = sum(1 for id_, t in window.items() if id_ not in self.inflight or not t.prefilling)
+        others = max(0, sample.num_running + sample.num_waiting - len(window))
+        self.others_running = min(others, max(0, sample.num_running - own_decoding))
+        self.others_waiting = others - self.others_running
         return rates
 
     # --- the gateway's own requests ---
 
     def start(self, ticket: InFlight) -> InFlight:
         self.inflight[ticket.id] = ticket
+        if self._scrape_window is not None:
+            self._scrape_window[ticket.id] = ticket
         return ticket
 
     def finish(self, ticket: InFlight) -> None:
@@ -136,24 +155,11 @@ class EngineLive:
 
     @property
     def num_waiting(self) -> int:
-        sampled = self.sample.num_waiting if self.sample else 0
-        corrected = sampled + self.own_prefilling - self._own_prefilling_at_sample
-        return max(0, self.own_prefilling, corrected)
+        return self.own_prefilling + self.others_waiting
 
     @property
     def num_running(self) -> int:
-        sampled = self.sample.num_running if self.sample else 0
-        corrected = sampled + self.own_decoding - self._own_decoding_at_sample
-        return max(0, self.own_decoding, corrected)
-
-    @property
-    def others_waiting(self) -> int:
-        """Requests waiting on the engine that are not the gateway's own (other gateways, direct clients)."""
-        return max(0, self.num_waiting - self.own_prefilling)
-
-    @property
-    def others_running(self) -> int:
-        return max(0, self.num_running - self.own_decoding)
+        return self.own_decoding + self.others_running
 
     @property
     def kv_cache_usage(self) -> float:

@@ -66,12 +66,14 @@ class EngineProber:
         await self._scrape(live)
 
     async def _scrape(self, live: EngineLive) -> None:
+        live.begin_scrape()
         try:
             response = await self.client.get(f"{live.url}/metrics", timeout=self.timeout_s, headers=self.headers)
             response.raise_for_status()
             rates = live.take_sample(parse_engine_metrics(response.text))
         except (httpx.HTTPError, OSError, ValueError) as exc:
             log.debug("scrape of %s failed: %r", live.name, exc)
+            live.scrape_failed()
             return
         if rates is not None:
             self.on_rates(live, rates)

@@ -119,3 +119,36 @@ def test_a_decode_engines_inflight_prompt_is_not_locality() -> None:
     live = EngineLive("d", "http://d")
     live.start(InFlight(prompt_tokens=64, max_tokens=8, role="decode", block_hashes=(1, 2)))
     assert live.inflight_prefix([1, 2]) == 0
+
+
+def test_an_own_request_that_finished_while_the_scrape_was_on_its_way_is_not_someone_elses() -> None:
+    """The engine counted it running; by the time its answer arrived the gateway had seen it finish. Taken as
+    another client's decode, it held a slot until the next scrape and admission refused the next request."""
+    live = EngineLive("e", "http://e")
+    short = live.start(InFlight(prompt_tokens=4, max_tokens=4))
+    short.first_token_at = 1.0
+    live.begin_scrape()
+    live.finish(short)
+    live.take_sample(EngineSample(num_running=1))
+    assert (live.num_running, live.others_running, live.others_waiting) == (0, 0, 0)
+
+
+def test_an_own_request_the_engine_runs_before_its_first_token_is_not_counted_twice() -> None:
+    """vLLM counts a request running from its first prefill step; the gateway, from its first token."""
+    live = EngineLive("e", "http://e")
+    live.start(InFlight(prompt_tokens=400, max_tokens=8))
+    live.begin_scrape()
+    late = live.start(InFlight(prompt_tokens=4, max_tokens=8))  # sent while the scrape was on its way
+    live.take_sample(EngineSample(num_running=2, num_waiting=1))  # one of them is another client's
+    assert (live.others_running + live.others_waiting, live.num_running + live.num_waiting) == (1, 3)
+    live.finish(late)
+    assert live.num_running + live.num_waiting == 2
+
+
+def test_a_failed_scrape_closes_its_window() -> None:
+    live = EngineLive("e", "http://e")
+    live.begin_scrape()
+    live.scrape_failed()
+    live.start(InFlight(prompt_tokens=4, max_tokens=8))
+    live.take_sample(EngineSample(num_running=3))
+    assert live.others_running == 2
