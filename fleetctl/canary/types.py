@@ -46,6 +46,14 @@ def condition_label(condition: int | None) -> str:
     return "mixed" if condition is None else f"b{condition}"
 
 
+def stream_name(key: "StreamKey") -> str:
+    """The stream in words, after its model: 'chat@r2 b4', 'production path mixed', 'production path served
+    by chat@r2'."""
+    if key.kind == "pinned":
+        return f"{key.class_ref} {condition_label(key.condition)}"
+    return f"production path served by {key.class_ref}" if key.class_ref else "production path mixed"
+
+
 # --- golden sets (the file format; validation lives in golden.py) ----------------------------------------------
 
 class _Strict(BaseModel):
@@ -194,7 +202,8 @@ class ProbeRecord(BaseModel):
 
 @dataclass(frozen=True, order=True)
 class StreamKey:
-    """Pinned: (model, 'pinned', class_ref, condition). Production: (model, 'production', None, None)."""
+    """Pinned: (model, 'pinned', class_ref, condition). Production: (model, 'production', None, None), every
+    production-path probe of the model; and (model, 'production', class_ref, None), those class_ref served."""
 
     model: str
     kind: ProbeKind

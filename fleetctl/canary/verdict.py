@@ -222,15 +222,16 @@ def stream_verdict(key: StreamKey, state: StreamState, designs: StreamDesigns | 
 
 def class_quality(verdicts: Iterable[StreamVerdict], class_ref: str) -> Literal["pass", "fail"] | None:
     """The canary's word on a class revision for the rollout gate. fail: one of its pinned streams is
-    drifting or failing, or a production stream alarmed blaming it. pass: its batch-1 pinned stream is
-    healthy and nothing fails it. Otherwise None (not measured): never a pass for lack of data."""
+    drifting or failing, or the stream of the production probes it served is, or the production stream
+    alarmed blaming it. pass: its batch-1 pinned stream is healthy and nothing fails it. Otherwise None (not
+    measured): never a pass for lack of data."""
     verdicts = list(verdicts)
     for v in verdicts:
         if v.verdict not in ALARMS:
             continue
         if v.kind == "pinned" and v.class_ref == class_ref:
             return "fail"
-        if v.kind == "production" and blamed_class(v.blamed) == class_ref:
+        if v.kind == "production" and class_ref in (v.class_ref, blamed_class(v.blamed)):
             return "fail"
     solo = [v for v in verdicts if v.kind == "pinned" and v.class_ref == class_ref and v.condition == QUALITY_BATCH]
     return "pass" if any(v.verdict == "healthy" for v in solo) else None

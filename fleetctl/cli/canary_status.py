@@ -5,7 +5,8 @@ A stream that has not been measured yet reads 'not measured', never healthy. STA
 test's statistic against its threshold (it alarms when the first reaches the second; docs/canary.md);
 FIRST-DIV is the earliest token position at which a bad probe in the window parted from the reference;
 BLAMED is, for the production stream while it is alarmed, the class revision (and engine) serving most of
-the bad answers.
+the bad answers. CLASS 'REF (production)' is the stream of the production-path probes REF served, held to the
+answers the model's users should get.
 """
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ def stat_over_threshold(stream: dict[str, Any]) -> str | None:
     return f"{evidence['statistic']:.2f}/{evidence['threshold']:.2f}"
 
 
+def stream_class(stream: dict[str, Any]) -> str:
+    """'* (production)' for a model's production stream, 'REF (production)' for the production probes REF
+    served, REF for its pinned streams."""
+    if stream["kind"] == "production":
+        return f"{stream['class_ref'] or '*'} (production)"
+    return stream["class_ref"]
+
+
 def _evidence(key: str) -> Any:
     return lambda s: (s.get("evidence") or {}).get(key)
 
 
 STREAM_COLUMNS = [
-    col("MODEL", "model"), Column("CLASS", lambda s: s["class_ref"] or "* (production)"), col("BATCH", "batch"),
+    col("MODEL", "model"), Column("CLASS", stream_class), col("BATCH", "batch"),
     Column("VERDICT", lambda s: verdict_text(s["verdict"])), col("SINCE", "since"),
     Column("PROBES", _evidence("probes")), Column("BAD", _evidence("bad")), Column("STAT/H", stat_over_threshold),
     Column("FIRST-DIV", _evidence("first_divergence")), col("BLAMED", "blamed"),

@@ -65,7 +65,7 @@ def key_of(row: CanaryStream) -> StreamKey:
 
 
 def load_streams(session: Session, model: str | None = None, class_ref: str | None = None) -> list[tuple[StreamKey, StreamState]]:
-    """Stored streams in key order; `model`, `class_ref` filter (a class filter keeps the production streams
+    """Stored streams in key order; `model`, `class_ref` filter (a class filter keeps the production stream
     of the class's model, which may blame it)."""
     query = select(CanaryStream)
     if model is not None:
@@ -75,7 +75,8 @@ def load_streams(session: Session, model: str | None = None, class_ref: str | No
     if class_ref is None:
         return streams
     models = {k.model for k, _ in streams if k.class_ref == class_ref}
-    return [(k, s) for k, s in streams if k.class_ref == class_ref or (k.kind == "production" and k.model in models)]
+    return [(k, s) for k, s in streams
+            if k.class_ref == class_ref or (k.kind == "production" and k.class_ref is None and k.model in models)]
 
 
 def _order(item: tuple[StreamKey, StreamState]) -> tuple[str, int, str, int]:

@@ -37,7 +37,7 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from fleetctl.canary import noise
-from fleetctl.canary.types import GoldenSet, ProbeRecord, Reference, StreamKey, StreamState, StreamVerdict, condition_label
+from fleetctl.canary.types import GoldenSet, ProbeRecord, Reference, StreamKey, StreamState, StreamVerdict, condition_label, stream_name
 from fleetctl.canary.verdict import ALARMS, StreamDesigns, VerdictChange, fold_changes, stream_verdict, unmeasured
 from fleetctl.controller import audit, canary_webhook
 from fleetctl.controller.canary_streams import (
@@ -176,13 +176,18 @@ def deployed_revisions(session: Session) -> dict[str, frozenset[str]]:
 # --- decide (pure) -------------------------------------------------------------------------------------------
 
 def streams_of(probe: ProbeRecord) -> list[StreamKey]:
-    """A probe's pinned stream (every probe served by a known class revision) and, for a production-path
-    probe, its model's production stream."""
-    keys = []
+    """A pinned probe's stream: its class revision at its batch condition. A production-path probe's: its
+    model's production stream (the mixture a user sees) and the stream of the production probes its serving
+    revision answered (the attribution). The attribution is a stream of its own, not the revision's pinned
+    one: a misrouted probe is held to the reference of the revision that should have served it, a pinned
+    probe of a correctness-different revision only to the golden set's tolerance, and folded together the
+    tolerant majority hid the exactly judged few (a misroute to a float16-KV class: its 3 misrouted answers
+    all wrong, its 21 pinned ones within tolerance)."""
+    if probe.kind != "production":
+        return [StreamKey(probe.model, "pinned", probe.class_ref, probe.condition)] if probe.class_ref else []
+    keys = [StreamKey(probe.model, "production")]
     if probe.class_ref:
-        keys.append(StreamKey(probe.model, "pinned", probe.class_ref, probe.condition))
-    if probe.kind == "production":
-        keys.append(StreamKey(probe.model, "production"))
+        keys.append(StreamKey(probe.model, "production", probe.class_ref))
     return keys
 
 
@@ -193,7 +198,7 @@ def decide_verdicts(snapshot: VerdictSnapshot, settings: FoldSettings, now: date
             new[key].append(probe)
     seen = {**snapshot.window, **{p.id: p for p in snapshot.probes if p.id is not None}}
     updates = []
-    for key in sorted(set(snapshot.streams) | set(new)):
+    for key in sorted(set(snapshot.streams) | set(new), key=row_key):
         stored = snapshot.streams.get(key)
         before = stored or StreamState(since=now)
         state, changes, designs = judge(key, before, new.get(key, []), snapshot, settings, now)
@@ -223,7 +228,7 @@ def judge(key: StreamKey, state: StreamState, probes: Sequence[ProbeRecord], sna
 
 def is_deployed(key: StreamKey, deployed: Mapping[str, frozenset[str]]) -> bool:
     revisions = deployed.get(key.model, frozenset())
-    return bool(revisions) if key.kind == "production" else key.class_ref in revisions
+    return bool(revisions) if key.class_ref is None else key.class_ref in revisions
 
 
 def stream_designs(key: StreamKey, state: StreamState, probes: Sequence[ProbeRecord],
@@ -275,7 +280,7 @@ def action_of(change: VerdictChange) -> str:
 
 def describe(key: StreamKey, change: VerdictChange, view: StreamVerdict) -> str:
     """One line: the stream, the change, and why (the statistic against its threshold, what is blamed)."""
-    where = f"{key.model} {key.class_ref or 'production path'} {condition_label(key.condition)}"
+    where = f"{key.model} {stream_name(key)}"
     text = f"{where}: {change.verdict_from} -> {change.verdict_to}"
     if change.probe_id is None and change.verdict_to == "not_measured":
         return f"{text} (no longer deployed)"

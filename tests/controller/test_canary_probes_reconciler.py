@@ -386,9 +386,9 @@ def test_a_new_revisions_streams_warm_up_at_the_urgent_interval_until_measured(
         elapse(api, agent, 15.5)
     assert reconciler.min_probes == 10
     # A stream is measured at 10 scored rows, then back to its 60 s interval (probed again 4 rounds after its
-    # last). b1 gets 2 a round (it also counts the production probes its revision served): warming for 5
-    # rounds; b4, b8 and b16 get 4, 8 and 16 rows a probe: warming for 3, 2 and 1 rounds.
-    assert [1 in r for r in sent_at] == [True] * 5 + [False] * 3 + [True] + [False]
+    # last). b1 gets 1 a round (the production probes its revision served make a stream of their own):
+    # warming for all 10 rounds; b4, b8 and b16 get 4, 8 and 16 rows a probe: warming for 3, 2 and 1 rounds.
+    assert [1 in r for r in sent_at] == [True] * 10
     assert [4 in r for r in sent_at] == [True] * 3 + [False] * 3 + [True] + [False] * 3
     assert [8 in r for r in sent_at] == [True] * 2 + [False] * 3 + [True] + [False] * 3 + [True]
     assert [16 in r for r in sent_at] == [True] + [False] * 3 + [True] + [False] * 3 + [True] + [False]

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from engine.contract.prometheus import parse_samples, sum_series
 from fleetctl.canary.types import StreamState
-from fleetctl.controller import canary_verdicts
+from fleetctl.controller import canary_streams, canary_verdicts
 from fleetctl.controller.api.app import create_app
 from fleetctl.controller.canary_streams import load_streams
 from fleetctl.controller.models import CanaryEvent, CanaryStream
@@ -54,6 +54,12 @@ def canary_audit(api: Api) -> list[dict[str, Any]]:
     return [e for e in api.call("GET", "/api/v1/audit", role="viewer").json() if e["action"].startswith("canary.")]
 
 
+def quality(api: Api, ref: str) -> str | None:
+    """The rollout gate's word on `ref`."""
+    with api.runtime.store.session() as session:
+        return canary_streams.quality(session, MODEL, [ref])[ref]
+
+
 def verdict_reconciler(api: Api) -> canary_verdicts.CanaryVerdictReconciler:
     return next(r for r in api.runtime.runner.reconcilers if r.name == canary_verdicts.CANARY_VERDICTS)
 
@@ -66,17 +72,35 @@ def test_pinned_probes_make_pinned_streams_and_production_probes_both(api: Api) 
     add_probes(api, ref, R1, 6, kind="production")
     api.reconcile()
     got = streams(api)
-    assert set(got) == {f"{MODEL} chat@r1 b1 pinned", f"{MODEL} chat@r1 b4 pinned", f"{MODEL} chat@r2 b1 pinned",
-                        f"{MODEL} * mixed production"}
+    assert set(got) == {f"{MODEL} chat@r1 b1 pinned", f"{MODEL} chat@r1 b4 pinned", f"{MODEL} * mixed production",
+                        f"{MODEL} chat@r1 mixed production", f"{MODEL} chat@r2 mixed production"}
     assert got[f"{MODEL} * mixed production"].divergence.probes == 12  # only the production-path probes
-    assert got[f"{MODEL} chat@r1 b1 pinned"].divergence.probes == 18  # its pinned probes and those it served
+    assert got[f"{MODEL} chat@r1 b1 pinned"].divergence.probes == 12  # its pinned probes only
+    assert got[f"{MODEL} chat@r1 mixed production"].divergence.probes == 6  # the production probes it served
     assert got[f"{MODEL} chat@r1 b1 pinned"].verdict == "healthy"
-    assert got[f"{MODEL} chat@r2 b1 pinned"].verdict == "not_measured"  # 6 < canary_min_probes
+    assert got[f"{MODEL} chat@r2 mixed production"].verdict == "not_measured"  # 6 < canary_min_probes
     assert got[f"{MODEL} chat@r1 b1 pinned"].p0 == 0.05  # the clean reference's bound is below the floor
     assert events(api) == [("pinned", R1, "1", "not_measured", "healthy"), ("pinned", R1, "4", "not_measured", "healthy"),
                            ("production", "*", "None", "not_measured", "healthy")]
     api.reconcile()  # nothing new: nothing written, no event
     assert len(events(api)) == 3
+
+
+def test_misrouted_answers_alarm_the_stream_of_what_their_class_served_not_diluted_by_its_pinned_ones(
+        api: Api) -> None:
+    """A correctness-different revision's pinned probes pass the golden set's tolerance; the production probes
+    it served by mistake are held to the model's reference, and fail. Their stream alarms on its own."""
+    ref = two_revisions(api)
+    add_probes(api, ref, R1, 30, kind="production", engine="chat-0")
+    add_probes(api, ref, R2, 40, engine="chat-b-0")  # pinned, within tolerance
+    add_probes(api, ref, R2, 8, kind="production", diverged=True, engine="chat-b-0")
+    api.reconcile()
+    got = streams(api)
+    assert got[f"{MODEL} chat@r2 b1 pinned"].verdict == "healthy"
+    assert got[f"{MODEL} chat@r2 mixed production"].verdict == "drifting"
+    alert = next(e for e in canary_audit(api) if e["target"] == f"canary/{MODEL}|production|{R2}|")
+    assert alert["action"] == "canary.alert" and "production path served by chat@r2: not_measured -> drifting" in alert["reason"]
+    assert quality(api, R2) == "fail" and quality(api, R1) is None
 
 
 def test_a_drifting_class_alerts_with_an_event_an_audit_entry_and_the_metric_then_recovers(api: Api) -> None:

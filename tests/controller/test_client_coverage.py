@@ -382,9 +382,10 @@ def test_canary_round_trip(checked: Checked) -> None:
     add_probes(store, reference, "chat@r1", 3, kind="production", diverged=True)  # type: ignore[arg-type]
     checked.server.runtime.step()
     streams = checked("viewer", "canary_status", model="smollm2-135m")
-    assert [(s.kind, s.batch, s.verdict) for s in streams] == [("production", "mixed", "not_measured"),
-                                                                ("pinned", "b1", "healthy")]
-    assert streams[1].evidence is not None and streams[1].evidence.probes == 15
+    assert [(s.kind, s.class_ref, s.batch, s.verdict) for s in streams] == [
+        ("production", None, "mixed", "not_measured"), ("production", "chat@r1", "mixed", "not_measured"),
+        ("pinned", "chat@r1", "b1", "healthy")]
+    assert streams[2].evidence is not None and streams[2].evidence.probes == 12
     shown = checked("viewer", "canary_class", "chat@r1", limit=5)
     assert shown.class_ref == "chat@r1" and len(shown.probes) == 5 and shown.probes[-1].score.diverged
     assert [e.verdict_to for e in checked("viewer", "canary_events", model="smollm2-135m", limit=10)] == ["healthy"]

@@ -182,3 +182,16 @@ def test_weights_are_checked_naming_the_field() -> None:
 def test_drills_in_the_quality_screen_count_down() -> None:
     line = quality.drill_lines([drill(), drill(active=False)], T0 + timedelta(seconds=1015))
     assert len(line) == 1 and line[0].plain.endswith("1m05s left")
+
+
+def test_the_production_probes_a_revision_served_fill_its_mixed_cell() -> None:
+    served = next(s for s in streams() if s.kind == "production" and s.model == MODEL).model_copy(
+        update={"class_ref": "chat@r2", "verdict": "failing"})
+    keyed = {key_of("canary_stream", s.model_dump(mode="json")): s for s in [*streams(), served]}
+    cols, rows = quality.grid(keyed)
+    cells = {(r.model, r.revision): [c.plain for c in quality.cells(r, cols, keyed)[1:]] for r in rows}
+    assert cells[(MODEL, "chat@r2")][-1] == "✖ failing" and cells[(MODEL, "chat@r1")][-1] == "·"
+    assert cells[(MODEL, "production")] == ["·"] * 4 + ["◆ drifting"]  # the model's own stream is still there
+    chat_r2 = next(r for r in rows if r.revision == "chat@r2")
+    text = quality.evidence(keyed[quality.stream_at(chat_r2, "mixed")], "x").plain
+    assert text.startswith(f"{MODEL} production served by chat@r2 (mixed)")

@@ -1,10 +1,11 @@
 """The Quality screen's content: the canary's verdicts as a grid (per model, a row named after the model for
-its production stream, then a row per class revision; a column per batch condition, and `mixed` for
-production), the evidence of one stream, and the drills in effect.
+its production stream, then a row per class revision; a column per batch condition, and `mixed` for the
+production path: the model's row for every production probe, a revision's row for those it served), the
+evidence of one stream, and the drills in effect.
 
 A stream that has no verdict yet, or that the grid expects but the controller did not send, reads
 "not measured": never blank, never green. A cell that no stream can fill (production has no batch
-conditions; pinned streams have no `mixed`) is a dim dot.
+conditions; a revision that served no production probe has no `mixed`) is a dim dot.
 """
 
 from __future__ import annotations
@@ -57,13 +58,13 @@ def grid(streams: Mapping[str, CanaryStreamView]) -> tuple[list[str], list[GridR
     pinned_cols = [c for c in cols if c != MIXED]
     by_row: dict[tuple[str, str], dict[str, str]] = {}
     for key, stream in streams.items():
-        revision = stream.class_ref if stream.kind == "pinned" and stream.class_ref else PRODUCTION
+        revision = stream.class_ref or PRODUCTION
         by_row.setdefault((stream.model, revision), {})[stream.batch] = key
     for model in {model for model, _ in by_row}:
         by_row.setdefault((model, PRODUCTION), {})  # every model has a production stream to show
     rows = []
     for (model, revision), found in sorted(by_row.items(), key=lambda item: _row_order(*item[0])):
-        expected = [MIXED] if revision == PRODUCTION else pinned_cols
+        expected = [MIXED] if revision == PRODUCTION else pinned_cols + ([MIXED] if MIXED in found else [])
         cells: dict[str, str | None] = {col: found.get(col) for col in expected}
         rows.append(GridRow(f"{model}/{revision}", model, revision, cells))
     return cols, rows
@@ -136,7 +137,8 @@ def evidence(stream: CanaryStreamView | None, where: str, tz: tzinfo | None = No
 
 def _stream_name(stream: CanaryStreamView) -> str:
     if stream.kind == "production":
-        return f"{stream.model} production ({stream.batch})"
+        served = f" served by {stream.class_ref}" if stream.class_ref else ""
+        return f"{stream.model} production{served} ({stream.batch})"
     return f"{stream.model} {stream.class_ref} {stream.batch}"
 
 
