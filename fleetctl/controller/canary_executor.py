@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fleetctl.canary.schedule import PlannedProbe
@@ -90,7 +91,7 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
     """The probe's row: scored against the reference its serving revision is judged against, or, when it
     cannot be scored, with the reason as its error (its token counts kept: they were spent)."""
     class_ref = output.class_ref or planned.pin
-    condition = condition_for(output.batch_size) if output.batch_size is not None else planned.condition
+    condition = condition_of(planned, output)
     record = ProbeRecord(at=at, model=planned.model, kind=planned.kind, class_ref=class_ref, engine=output.engine,
                          condition=condition, batch_size=output.batch_size, prompt_id=planned.prompt_id,
                          prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens)
@@ -110,9 +111,38 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
         return _unscored(record.model_copy(update={"reference_id": chosen.id}),
                          f"prompt {planned.prompt_id!r} differs from the one in reference {chosen.id}'s golden set")
     golden = chosen.golden
+    own_batch1 = batch1_digest(session, class_ref, planned.prompt_id) if chosen.mode == "tolerance" and condition > 1 else None
     score = score_probe(output, reference, prompt, chosen.mode, golden.tolerance, noise_at(reference, condition),
-                        noise_margin=golden.noise_margin, distance_floor=golden.distance_floor)
+                        noise_margin=golden.noise_margin, distance_floor=golden.distance_floor, condition=condition,
+                        batch1_digest=own_batch1)
     return record.model_copy(update={"reference_id": chosen.id, "score": score})
+
+
+def condition_of(planned: PlannedProbe, output: ProbeOutput) -> int:
+    """The batch condition the engine reported serving the row at, else the planned one."""
+    return condition_for(output.batch_size) if output.batch_size is not None else planned.condition
+
+
+def batch1_digest(session: Session, class_ref: str | None, prompt_id: str) -> str | None:
+    """The digest of `class_ref`'s latest scored answer to the prompt on a pinned probe at batch 1."""
+    if class_ref is None:
+        return None
+    score = session.execute(
+        select(CanaryProbe.score).where(CanaryProbe.class_ref == class_ref, CanaryProbe.prompt_id == prompt_id,
+                                        CanaryProbe.kind == "pinned", CanaryProbe.condition == 1,
+                                        CanaryProbe.error.is_(None))
+        .order_by(CanaryProbe.id.desc()).limit(1)).scalar()
+    return score.get("tokens_digest") if isinstance(score, dict) else None
+
+
+def judged_with_tolerance(session: Session, row: PlannedProbe) -> bool:
+    chosen = reference_for(session, row.model, row.pin) if row.pin is not None else None
+    return chosen is not None and chosen.mode == "tolerance"
+
+
+def batch1_row(row: PlannedProbe) -> PlannedProbe:
+    """The row's prompt alone, on the same engine: its stream's batch-1 sibling."""
+    return replace(row, stream=replace(row.stream, condition=1), companions=())
 
 
 def scoring_reference(session: Session, planned: PlannedProbe, served_by: str) -> ChosenReference | None:
@@ -283,7 +313,11 @@ class ProbeExecutor:
         try:
             rows = [row_probe(planned, prompt) for prompt in planned.prompts]
             outcomes = await asyncio.gather(*(self._send_row(row, gateway_url) for row in rows))
-            await asyncio.to_thread(self._store_rows, list(zip(rows, outcomes)), at)
+            answered = list(zip(rows, outcomes))
+            controls = await asyncio.to_thread(self._batch1_controls, answered)
+            for control in controls:  # one at a time: each is the class's answer at batch 1
+                answered.insert(0, (control, await self._send_row(control, gateway_url)))
+            await asyncio.to_thread(self._store_rows, answered, at)
         finally:
             with self._idle:
                 self._in_flight[planned.stream] -= 1
@@ -306,6 +340,23 @@ class ProbeExecutor:
         except Exception as exc:  # any failure is the row's outcome, stored; never the loop's end
             log.info("canary probe %s %s failed: %s", row.stream.label(), row.prompt_id, describe(exc))
             return describe(exc)
+
+    def _batch1_controls(self, answered: Sequence[tuple[PlannedProbe, ProbeOutput | str]]) -> list[PlannedProbe]:
+        """The batch-1 probes a batch probe's rows need first: a row served at a batch above 1 by a class held
+        to tolerance is compared with that class's own answer at batch 1 (scoring.differs_by_batch), and
+        where the store has none yet for the prompt, it is asked for now, alone, on the same engine. Each is
+        a pinned batch-1 row like any other once stored, so a class pays for each prompt's once."""
+        needed = [row for row, outcome in answered
+                  if row.kind == "pinned" and isinstance(outcome, ProbeOutput) and condition_of(row, outcome) > 1]
+        if not needed:
+            return []
+        try:
+            with self.store.session() as session:
+                return [batch1_row(row) for row in needed
+                        if judged_with_tolerance(session, row) and batch1_digest(session, row.pin, row.prompt_id) is None]
+        except Exception:  # the store is down: the rows are stored without the check, or not at all
+            log.exception("looking up batch-1 answers for a canary probe failed")
+            return []
 
     def _store_rows(self, rows: Sequence[tuple[PlannedProbe, ProbeOutput | str]], at: datetime) -> None:
         """One row each, in the walk's order (the stream resumes its walk after the last stored prompt)."""

@@ -101,3 +101,35 @@ def test_score_probe(row: Row) -> None:
     assert (score.match, score.first_divergence, score.diverged) == (row.match, row.first_divergence, row.diverged)
     assert score.distance == pytest.approx(row.distance)
     assert (score.expected_pass, score.answer_bad, score.mode) == (row.expected_pass, row.answer_bad, row.mode)
+
+
+def test_tolerance_still_holds_a_class_to_its_own_answer_at_batch_1() -> None:
+    """An approximate top-k sampler flips a near-tie at batch 4: the raw logprobs are unchanged (distance ~0)
+    and the golden set's tolerance passes it, but the class answered differently at batch 1."""
+    invariant = {1: ConditionNoise(runs=8, diverged=0), 4: ConditionNoise(runs=8, diverged=0)}
+    reference = ref([1, 1], [SPLIT, SPLIT]).model_copy(update={"noise": invariant})
+    at_b1 = score_probe(out([1, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX)
+    assert at_b1.batch_variant is None and not at_b1.diverged and at_b1.tokens_digest
+    flipped = out([2, 1], [SPLIT, SPLIT])
+    within_tolerance = score_probe(flipped, reference, PLAIN, "tolerance", TOL_LAX, condition=4)
+    assert not within_tolerance.diverged and within_tolerance.batch_variant is None  # no batch-1 answer yet
+    judged = score_probe(flipped, reference, PLAIN, "tolerance", TOL_LAX, condition=4, batch1_digest=at_b1.tokens_digest)
+    assert judged.batch_variant is True and judged.diverged and judged.distance < 0.3
+    same = score_probe(out([1, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX, condition=4,
+                       batch1_digest=at_b1.tokens_digest)
+    assert same.batch_variant is False and not same.diverged
+
+
+@pytest.mark.parametrize("noise", [{4: ConditionNoise(runs=8, diverged=1)}, {1: ConditionNoise(runs=8, diverged=0)}],
+                         ids=["the recording class varied at b4", "b4 not recorded"])
+def test_batch_invariance_is_not_judged_where_the_reference_cannot_vouch_for_it(noise: dict) -> None:
+    reference = ref([1, 1], [SPLIT, SPLIT]).model_copy(update={"noise": noise})
+    b1 = score_probe(out([1, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX).tokens_digest
+    score = score_probe(out([2, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX, condition=4, batch1_digest=b1)
+    assert score.batch_variant is None and not score.diverged
+
+
+def test_exact_mode_does_not_need_the_batch_1_answer() -> None:
+    reference = ref([1, 1], [SPLIT, SPLIT]).model_copy(update={"noise": {4: ConditionNoise(runs=8, diverged=0)}})
+    score = score_probe(out([2, 1], [SPLIT, SPLIT]), reference, PLAIN, "exact", TOL, condition=4, batch1_digest="x")
+    assert score.diverged and score.batch_variant is None

@@ -62,6 +62,7 @@ class NetworkStandIn:
         self.fail: str | None = None
         self.hold: asyncio.Event | None = None
         self.no_served_by = False
+        self.batch_wrong: set[str] = set()  # revisions whose last token flips at batch >= 4 (logprobs unchanged)
 
     async def __call__(self, client: Any, gateway_url: str, model: str, prompt: GoldenPrompt, *, kind: str,
                        pin: str | None = None, engine: str | None = None, fillers: int = 0, headers: Any = None,
@@ -84,7 +85,10 @@ class NetworkStandIn:
             raise RuntimeError(self.fail)
         served = pin or self.serves_production
         tokens = [t + 100 for t in TOKENS[prompt.id]] if served in self.wrong else TOKENS[prompt.id]
-        return ProbeOutput(prompt_id=prompt.id, tokens=tokens, text="x", top_logprobs=[[(t, 0.0)] for t in tokens],
+        tops = [[(t, 0.0)] for t in tokens]
+        if served in self.batch_wrong and batch_size >= 4:
+            tokens = [*tokens[:-1], tokens[-1] + 1]  # a near-tie picked wrong: the raw distributions are the same
+        return ProbeOutput(prompt_id=prompt.id, tokens=tokens, text="x", top_logprobs=tops,
                            batch_size=batch_size, fillers=fillers, class_ref=None if self.no_served_by else served,
                            engine=engine or "chat-0", prompt_tokens=7, completion_tokens=len(tokens))
 
@@ -265,6 +269,36 @@ def test_a_misrouted_production_probe_is_held_to_the_heaviest_revisions_referenc
     assert (production["score"]["mode"], production["score"]["diverged"]) == ("exact", True)
     r2_pinned = [r for r in rows if r["kind"] == "pinned" and r["class_ref"] == R2]
     assert r2_pinned and all(r["score"]["mode"] == "tolerance" for r in r2_pinned)
+
+
+def test_a_revision_held_to_tolerance_is_held_to_its_own_batch_1_answers_at_larger_batches(
+        fleet: tuple[Api, NetworkStandIn]) -> None:
+    """R2 differs from R1 in a correctness field, so its pinned rows pass within the golden set's tolerance;
+    its answers that change at batch 4 and up (the raw distributions unchanged: an approximate top-k) are
+    bad against its own answers at batch 1, asked for alone on the same engine when the store has none."""
+    api, stand_in = fleet
+    agent = served_by_r1(api, rope_scaling=4.0)
+    deploy(api, "chat-r2", R2, 1)
+    api.reconcile()
+    agent.settle()
+    store_reference(api)
+    report_gateway(api)
+    stand_in.batch_wrong = {R2}
+    first = probe_round(api)
+    rows = [r for r in first if r["kind"] == "pinned" and r["class_ref"] == R2]
+    batched = [r for r in rows if r["condition"] > 1]
+    assert batched and all(r["score"]["mode"] == "tolerance" for r in rows)
+    assert all(r["score"]["batch_variant"] is True and r["score"]["diverged"] for r in batched)
+    alone = [r for r in rows if r["condition"] == 1]
+    assert {r["prompt_id"] for r in alone} == set(TOKENS) and not any(r["score"]["diverged"] for r in alone)
+    assert all(r["score"]["batch_variant"] is None for r in alone)
+    controls = [c for c in stand_in.calls if c["pin"] == R2]
+    assert len(controls) == len(rows)  # every answer the class gave is a stored row, the batch-1 ones included
+    stand_in.batch_wrong = set()  # fixed: its batch answers agree with its batch-1 ones again
+    elapse(api, agent, 500)  # every stream due again, at the floor rate of a fleet with no measured capacity
+    later = [r for r in probe_round(api)[len(first):] if r["kind"] == "pinned" and r["class_ref"] == R2]
+    assert {r["score"]["batch_variant"] for r in later if r["condition"] > 1} == {False}
+    assert not any(r["score"]["diverged"] for r in later)
 
 
 def test_nothing_is_probed_without_a_reference_or_without_a_gateway(fleet: tuple[Api, NetworkStandIn]) -> None:
