@@ -89,18 +89,21 @@ def _ready(class_ref: str, env: dict[str, str]) -> bool:
     return any(e.get("class_ref") == class_ref and e.get("state") == "ready" for e in engines)
 
 
-def _production(model: str, env: dict[str, str], served_by: str | None = None) -> dict[str, Any]:
-    """The model's production stream, or the stream of the production probes `served_by` answered."""
-    streams = _json(["canary", "status", model], env) or []
+def _production(model: str, env: dict[str, str], served_by: str | None = None,
+                streams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The model's production stream, or the stream of the production probes `served_by` answered (of
+    `streams` when given, else as `canary status` shows them now)."""
+    streams = streams if streams is not None else _json(["canary", "status", model], env) or []
     return next((s for s in streams if s.get("kind") == "production" and s.get("class_ref") == served_by), {})
 
 
 def _alarmed_on(model: str, class_ref: str, env: dict[str, str]) -> bool:
     """The production stream alarmed blaming `class_ref`, or the stream of what it served did."""
-    stream = _production(model, env)
-    if stream.get("verdict") in ALARMS and (stream.get("blamed") or "").split(" ")[0] == class_ref:
+    streams = _json(["canary", "status", model], env) or []
+    mixture = _production(model, env, streams=streams)
+    if mixture.get("verdict") in ALARMS and (mixture.get("blamed") or "").split(" ")[0] == class_ref:
         return True
-    return _production(model, env, served_by=class_ref).get("verdict") in ALARMS
+    return _production(model, env, served_by=class_ref, streams=streams).get("verdict") in ALARMS
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> bool:

@@ -177,7 +177,8 @@ class Score(BaseModel):
     answer_bad: bool | None = Field(default=None, description="counts as 'bad' in the answer test; None: the "
                                     "prompt is not in it")
     mode: CompareMode = "exact"
-    tokens_digest: str | None = Field(default=None, description="digest of the answer's token ids (scoring.tokens_digest)")
+    tokens_digest: str | None = Field(default=None, description="digest of the answer's token ids "
+                                      "(scoring.tokens_digest)")
     batch_variant: bool | None = Field(default=None, description="tolerance mode, batch above 1: the answer is not "
                                        "the class's own at batch 1 (None: not judged)")
 

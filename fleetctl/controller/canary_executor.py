@@ -111,7 +111,8 @@ def scored_record(session: Session, planned: PlannedProbe, output: ProbeOutput, 
         return _unscored(record.model_copy(update={"reference_id": chosen.id}),
                          f"prompt {planned.prompt_id!r} differs from the one in reference {chosen.id}'s golden set")
     golden = chosen.golden
-    own_batch1 = batch1_digest(session, class_ref, planned.prompt_id) if chosen.mode == "tolerance" and condition > 1 else None
+    judged_by_batch = chosen.mode == "tolerance" and condition > 1
+    own_batch1 = batch1_digest(session, class_ref, planned.prompt_id) if judged_by_batch else None
     score = score_probe(output, reference, prompt, chosen.mode, golden.tolerance, noise_at(reference, condition),
                         noise_margin=golden.noise_margin, distance_floor=golden.distance_floor, condition=condition,
                         batch1_digest=own_batch1)
@@ -352,8 +353,8 @@ class ProbeExecutor:
             return []
         try:
             with self.store.session() as session:
-                return [batch1_row(row) for row in needed
-                        if judged_with_tolerance(session, row) and batch1_digest(session, row.pin, row.prompt_id) is None]
+                return [batch1_row(row) for row in needed if judged_with_tolerance(session, row)
+                        and batch1_digest(session, row.pin, row.prompt_id) is None]
         except Exception:  # the store is down: the rows are stored without the check, or not at all
             log.exception("looking up batch-1 answers for a canary probe failed")
             return []

@@ -37,7 +37,8 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from fleetctl.canary import noise
-from fleetctl.canary.types import GoldenSet, ProbeRecord, Reference, StreamKey, StreamState, StreamVerdict, condition_label, stream_name
+from fleetctl.canary.types import (GoldenSet, ProbeRecord, Reference, StreamKey, StreamState, StreamVerdict,
+                                   condition_label, stream_name)
 from fleetctl.canary.verdict import ALARMS, StreamDesigns, VerdictChange, fold_changes, stream_verdict, unmeasured
 from fleetctl.controller import audit, canary_webhook
 from fleetctl.controller.canary_streams import (

@@ -113,7 +113,8 @@ def test_tolerance_still_holds_a_class_to_its_own_answer_at_batch_1() -> None:
     flipped = out([2, 1], [SPLIT, SPLIT])
     within_tolerance = score_probe(flipped, reference, PLAIN, "tolerance", TOL_LAX, condition=4)
     assert not within_tolerance.diverged and within_tolerance.batch_variant is None  # no batch-1 answer yet
-    judged = score_probe(flipped, reference, PLAIN, "tolerance", TOL_LAX, condition=4, batch1_digest=at_b1.tokens_digest)
+    judged = score_probe(flipped, reference, PLAIN, "tolerance", TOL_LAX, condition=4,
+                         batch1_digest=at_b1.tokens_digest)
     assert judged.batch_variant is True and judged.diverged and judged.distance < 0.3
     same = score_probe(out([1, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX, condition=4,
                        batch1_digest=at_b1.tokens_digest)
@@ -125,7 +126,8 @@ def test_tolerance_still_holds_a_class_to_its_own_answer_at_batch_1() -> None:
 def test_batch_invariance_is_not_judged_where_the_reference_cannot_vouch_for_it(noise: dict) -> None:
     reference = ref([1, 1], [SPLIT, SPLIT]).model_copy(update={"noise": noise})
     b1 = score_probe(out([1, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX).tokens_digest
-    score = score_probe(out([2, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX, condition=4, batch1_digest=b1)
+    score = score_probe(out([2, 1], [SPLIT, SPLIT]), reference, PLAIN, "tolerance", TOL_LAX, condition=4,
+                        batch1_digest=b1)
     assert score.batch_variant is None and not score.diverged
 
 

@@ -99,7 +99,8 @@ def test_misrouted_answers_alarm_the_stream_of_what_their_class_served_not_dilut
     assert got[f"{MODEL} chat@r2 b1 pinned"].verdict == "healthy"
     assert got[f"{MODEL} chat@r2 mixed production"].verdict == "drifting"
     alert = next(e for e in canary_audit(api) if e["target"] == f"canary/{MODEL}|production|{R2}|")
-    assert alert["action"] == "canary.alert" and "production path served by chat@r2: not_measured -> drifting" in alert["reason"]
+    assert alert["action"] == "canary.alert"
+    assert "production path served by chat@r2: not_measured -> drifting" in alert["reason"]
     assert quality(api, R2) == "fail" and quality(api, R1) is None
 
 
