@@ -58,6 +58,15 @@ def planted_fault_env(assignment: EngineAssignment) -> dict[str, str]:
     return {FAULT_ENV: assignment.planted_fault} if assignment.planted_fault else {}
 
 
+def class_name_of(assignment: EngineAssignment) -> str:
+    return assignment.class_ref.split("@", 1)[0]
+
+
+def wants_kv_tiers(assignment: EngineAssignment) -> bool:
+    tiers = assignment.spec.get("kv_tiers") or {}
+    return bool(tiers.get("dram_mib") or tiers.get("disk_mib"))
+
+
 def backend_of(assignment: EngineAssignment) -> str:
     return str(assignment.spec.get("backend", "reference"))
 
@@ -84,18 +93,25 @@ def render_launch(
     host: str = LOOPBACK,
     python: str = sys.executable,
     vllm_executable: str = "vllm",
+    kv_tier_url: str | None = None,
+    kv_tier_dir: str | None = None,
+    kv_tier_disk_enabled: bool = True,
 ) -> EngineLaunch:
-    """The command for one engine. Raises LaunchError when the class cannot run on its backend."""
+    """The command for one engine. Raises LaunchError when the class cannot run on its backend. `kv_tier_url`:
+    the node's tier of the engine's class (reference engines; vLLM keeps its tiers in-process, under
+    `kv_tier_dir`)."""
     backend = backend_of(assignment)
     try:
         if backend == "reference":
-            return reference_launch(assignment, ports, hash_seed=hash_seed, host=host, python=python)
+            return reference_launch(assignment, ports, hash_seed=hash_seed, host=host, python=python,
+                                    kv_tier_url=kv_tier_url)
         if backend == "vllm":
             launch = render_vllm_command(
                 assignment.spec, role=assignment.role, port=ports.http, served_model_name=assignment.model,
                 hash_seed=hash_seed, kv_events_port=ports.kv_events, replay_port=ports.replay,
                 side_channel_port=ports.side_channel, host=None if host == LOOPBACK else host,
-                executable=vllm_executable,
+                executable=vllm_executable, kv_tier_disk_enabled=kv_tier_disk_enabled,
+                **({"kv_tier_disk_path": kv_tier_dir} if kv_tier_dir else {}),
             )
             return EngineLaunch(argv=launch.argv, env=launch.env)
     except (ValueError, KeyError, TypeError) as exc:
@@ -104,7 +120,8 @@ def render_launch(
 
 
 def reference_launch(
-    assignment: EngineAssignment, ports: PortBlock, *, hash_seed: str, host: str = LOOPBACK, python: str = sys.executable
+    assignment: EngineAssignment, ports: PortBlock, *, hash_seed: str, host: str = LOOPBACK, python: str = sys.executable,
+    kv_tier_url: str | None = None,
 ) -> EngineLaunch:
     """`python -m engine.reference ...` (engine/reference/cli_args.py: one flag per EngineConfig field)."""
     spec = assignment.spec
@@ -119,6 +136,7 @@ def reference_launch(
     argv += ["--kv-events-endpoint", f"tcp://{host}:{ports.kv_events}",
              "--kv-events-replay-endpoint", f"tcp://{host}:{ports.replay}",
              "--engine-id", assignment.name, "--hash-seed", hash_seed]
+    argv += ["--kv-tier-url", kv_tier_url] if kv_tier_url else []
     argv += render_flags(spec.get("engine_args") or {}, reserved=REFERENCE_FLAGS)
     return EngineLaunch(argv=argv)
 

@@ -34,6 +34,10 @@ class AgentSettings(ProcessSettings):
     admin_token: str = Field(
         default_factory=lambda: secrets.token_urlsafe(24), repr=False,
         description="bearer token of the break-glass API (built without one: a random token)")
+    kv_tier_token: str = Field(
+        default_factory=lambda: secrets.token_urlsafe(24), repr=False,
+        description="bearer token the node's engines offload to and fetch from its KV tiers with (given to them "
+        "in env FLEET_KV_TIER_TOKEN); default a random one per agent start")
     admin_token_file: Path | None = Field(
         default=None, description="the file `admin_token` came from; a rotation writes the new one there")
     hash_seed: str = Field(
@@ -73,3 +77,14 @@ class AgentSettings(ProcessSettings):
     @property
     def records_dir(self) -> Path:
         return self.state_dir / "engines"
+
+    @property
+    def kv_tier_dir(self) -> Path:
+        """the disk tiers of classes that name no disk_path, one directory per class"""
+        return self.state_dir / "kv-tier"
+
+    @property
+    def local_api_url(self) -> str:
+        """the agent's API as the node's own engines reach it"""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"

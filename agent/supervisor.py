@@ -41,12 +41,15 @@ import httpx
 from agent import engine_slot as es
 from agent import process as proc
 from agent.engine_config import fetch_reported, launched_command
-from agent.launch import LaunchError, PortBlock, backend_of, planted_fault_env, port_layout, port_width, render_launch
+from agent.kv_tiers.registry import TierRegistry
+from agent.launch import (LaunchError, PortBlock, backend_of, class_name_of, planted_fault_env, port_layout,
+                          port_width, render_launch, wants_kv_tiers)
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
 from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState, LaunchedCommand, ReportedConfig
 from engine.contract.faults import FAULT_ENV
+from engine.contract.kv_tier import TIER_TOKEN_ENV
 from engine.contract.scrape import parse_engine_metrics
 
 log = logging.getLogger("fleetctl.agent.supervisor")
@@ -91,6 +94,7 @@ class Supervisor:
         # break-glass drain/stop -> the direct-action journal's seq: kept stopped, whatever the controller
         # sends, until the operator resolves it (adopt or revert, `fleetctl breakglass reconcile`) or restarts it
         self.held: dict[str, int] = {}
+        self.tiers = TierRegistry(settings.kv_tier_dir)  # the KV tiers of classes that ask for them
         self._http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     # --- desired and observed state ---
@@ -252,13 +256,17 @@ class Supervisor:
             width, port_range = port_width(assignment), self.settings.port_range
             return es.SpawnFailed(f"no {width} free consecutive ports in {port_range}", None)
         try:
+            tier_url = self._tier_url(assignment)
             launch = render_launch(
                 assignment, ports, hash_seed=self.settings.hash_seed, host=self.settings.host,
-                python=self.settings.python, vllm_executable=self.settings.vllm_executable,
+                python=self.settings.python, vllm_executable=self.settings.vllm_executable, kv_tier_url=tier_url,
+                kv_tier_dir=str(self.settings.kv_tier_dir), kv_tier_disk_enabled=self.tiers.disk_enabled,
             )
-            # a planted fault comes from the assignment only, never from the agent's own environment
-            process = proc.spawn(launch.argv, {**launch.env, **planted_fault_env(assignment)}, slot.log_path,
-                                 without=(FAULT_ENV,))
+            # a planted fault comes from the assignment only, never from the agent's own environment; the tier
+            # credential is not reported either (the heartbeat carries the launch's env)
+            secret_env = {TIER_TOKEN_ENV: self.settings.kv_tier_token} if tier_url else {}
+            process = proc.spawn(launch.argv, {**launch.env, **planted_fault_env(assignment), **secret_env},
+                                 slot.log_path, without=(FAULT_ENV, TIER_TOKEN_ENV))
         except (LaunchError, OSError) as exc:
             return es.SpawnFailed(f"launch failed: {exc}", ports)
         slot.process = process
@@ -272,6 +280,15 @@ class Supervisor:
         )
         proc.write_record(self.settings.records_dir, record)
         return es.Spawned(process.pid, ports)
+
+    def _tier_url(self, assignment: EngineAssignment) -> str | None:
+        """The class's tier on this node (made now if it is the first engine of its class), for a reference
+        engine whose class asks for tiers."""
+        if backend_of(assignment) != "reference" or not wants_kv_tiers(assignment):
+            return None
+        name = class_name_of(assignment)
+        self.tiers.ensure(name, assignment.spec.get("kv_tiers"))
+        return f"{self.settings.local_api_url}/kv/tiers/{name}"
 
     def _pick_ports(self, slot: EngineSlot, assignment: EngineAssignment) -> PortBlock | None:
         reserved = {p for other in self.slots.values() if other is not slot and other.state.ports

@@ -10,7 +10,8 @@ each flag as its own field `engine_args.FLAG` with that flag's tag.
 
 A revision is content-addressed: `digest()` hashes the canonical JSON of the spec, so applying identical
 content is a no-op and changed content becomes the next revision `NAME@rN`. An unset `engine_version` is
-left out of the hash, so the digest of content written before that field existed does not change.
+left out of the hash (so is an unset `kv_tiers`), so the digest of content written before those fields existed does
+not change.
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def _tag(tag: str, description: str, **kwargs: Any) -> Any:
     return Field(description=description, json_schema_extra={"tag": tag}, **kwargs)
 
 
+class KVTiers(BaseModel):
+    """The node's KV tiers an engine of the class may use, behind its own KV memory (docs/kv-tiers.md).
+    Performance only: a block is loaded only into an engine whose KV layout equals the one that stored it, and its
+    tokens are checked, so a tier hit gives the K/V that computing the prefix would have."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dram_mib: int = Field(default=0, ge=0, le=16_777_216, description="host DRAM tier, MiB, shared by the node's "
+                          "engines of the class; 0: none")
+    disk_mib: int = Field(default=0, ge=0, le=1_073_741_824, description="local-disk tier, MiB; 0: none")
+    disk_path: SafeStr | None = Field(default=None, min_length=1, max_length=500, description="directory of the "
+                                      "disk tier; default: under the agent's state directory (reference) or "
+                                      "/var/lib/fleetctl/kv-tier (vLLM)")
+
+
 class ReplicaClassSpec(BaseModel):
     """What a replica class says about how to serve its model. Validated completely before it is stored."""
 
@@ -98,6 +114,8 @@ class ReplicaClassSpec(BaseModel):
     tensor_parallel_size: int = _tag(PERFORMANCE, "vLLM: tensor parallel size", default=1, gt=0, le=64)
     pipeline_parallel_size: int = _tag(PERFORMANCE, "vLLM: pipeline parallel size", default=1, gt=0, le=64)
     data_parallel_size: int = _tag(PERFORMANCE, "vLLM: data parallel size", default=1, gt=0, le=64)
+    kv_tiers: KVTiers | None = _tag(PERFORMANCE, "KV tiers behind the engine's memory: {dram_mib, disk_mib, "
+                                    "disk_path}; none by default", default=None)
     # --- per flag: correctness unless the flag is on PERFORMANCE_ONLY_ENGINE_ARGS ---
     engine_args: dict[EngineArgName, EngineArgValue] = _tag(
         CORRECTNESS, "extra engine flags, e.g. {'enforce-eager': true}; tagged per flag (correctness unless on "
@@ -118,8 +136,9 @@ class ReplicaClassSpec(BaseModel):
 
     def digest(self) -> str:
         content = self.model_dump(mode="json")
-        if content["engine_version"] is None:  # keeps digests of content from before the field existed
-            del content["engine_version"]
+        for name in ("engine_version", "kv_tiers"):  # unset: digests of content from before the field stay
+            if content[name] is None:
+                del content[name]
         canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -49,6 +49,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "tensor_parallel_size": (PERFORMANCE, 2),
     "pipeline_parallel_size": (PERFORMANCE, 2),
     "data_parallel_size": (PERFORMANCE, 2),
+    "kv_tiers": (PERFORMANCE, {"dram_mib": 512, "disk_mib": 4096}),
 }
 
 
@@ -127,12 +128,13 @@ def test_correctness_values_show_only_correctness_relevant_flags() -> None:
     assert "max_num_seqs" not in values
 
 
-def test_an_unset_engine_version_keeps_the_digest_of_content_from_before_the_field() -> None:
+def test_unset_engine_version_and_kv_tiers_keep_the_digest_of_content_from_before_the_fields() -> None:
     spec = ReplicaClassSpec(**BASE)
-    before = {k: v for k, v in spec.model_dump(mode="json").items() if k != "engine_version"}
+    before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in ("engine_version", "kv_tiers")}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":"))
     assert spec.digest() == hashlib.sha256(canonical.encode()).hexdigest()
     assert ReplicaClassSpec(**BASE, engine_version="0.1.0").digest() != spec.digest()
+    assert ReplicaClassSpec(**BASE, kv_tiers={"dram_mib": 64}).digest() != spec.digest()
 
 
 def test_a_blank_engine_version_is_refused() -> None:

@@ -12,7 +12,7 @@ REFERENCE_FLAGS = frozenset({
     "model", "served-model-name", "role", "host", "port", "kv-cache-mib", "block-size", "max-model-len",
     "max-num-seqs", "max-num-batched-tokens", "dtype", "kv-cache-dtype", "rope-scaling", "sampler",
     "enable-prefix-caching", "enable-chunked-prefill", "kv-events-endpoint", "kv-events-replay-endpoint",
-    "engine-id", "hash-seed",
+    "engine-id", "hash-seed", "kv-tier-url",
 })
 
 VLLM_FLAGS = frozenset({

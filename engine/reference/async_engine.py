@@ -110,6 +110,10 @@ class AsyncEngine:
     def kv_block_shape(self) -> tuple:
         return tuple(self.engine.runner.kv_block_shape())
 
+    def cached_prefix_blocks(self, hashes: list) -> int:
+        """A hint from any thread: the leading blocks of `hashes` the prefix cache holds now."""
+        return self.engine.block_manager.cached_prefix_blocks(hashes)
+
     @property
     def num_unfinished(self) -> int:
         return len(self._streams)
@@ -127,6 +131,7 @@ class AsyncEngine:
         *,
         external_kv: torch.Tensor | None = None,
         external_kv_tokens: int = 0,
+        external_kv_first_block: int = 0,
         hold_blocks: bool = False,
         kv_push: KVPushSink | None = None,
     ) -> AsyncIterator[RequestOutput]:
@@ -140,8 +145,8 @@ class AsyncEngine:
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         self._streams[request_id] = stream
         add = lambda engine: engine.add_request(  # noqa: E731
-            request_id, prompt_token_ids, params, external_kv=external_kv,
-            external_kv_tokens=external_kv_tokens, hold_blocks=hold_blocks, kv_push=kv_push,
+            request_id, prompt_token_ids, params, external_kv=external_kv, external_kv_tokens=external_kv_tokens,
+            external_kv_first_block=external_kv_first_block, hold_blocks=hold_blocks, kv_push=kv_push,
         )
         finished = False
         try:

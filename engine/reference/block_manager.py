@@ -31,6 +31,16 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass(frozen=True)
+class EvictedBlock:
+    """A hashed block the pool is about to reuse, for the node's KV tier: its K/V is still intact until the
+    next forward pass writes the new owner's (llm_engine exports it before that)."""
+
+    block_id: int
+    block_hash: BlockHash
+    token_ids: tuple[int, ...]
+
+
 @dataclass
 class Block:
     block_id: int
@@ -61,6 +71,9 @@ class BlockManager:
         # ... and how many leading blocks of its block table cache_full_blocks has already handled.
         self._num_handled_blocks: dict[str, int] = {}
         self._events: list[KVEvent] = []
+        # Set when the engine offloads evictions to a KV tier: then each eviction is also listed here.
+        self.record_evictions = False
+        self._evicted: list[EvictedBlock] = []
 
     # ----- gauges -----
 
@@ -158,6 +171,8 @@ class BlockManager:
         assert block.block_hash is not None
         del self._cached[block.block_hash]
         self._events.append(BlockRemoved(block_hashes=[to_int64(block.block_hash)]))
+        if self.record_evictions:
+            self._evicted.append(EvictedBlock(block.block_id, block.block_hash, block.token_ids))
         block.block_hash = None
         block.token_ids = ()
 
@@ -250,6 +265,20 @@ class BlockManager:
         self._cached.clear()
         self._events.append(AllBlocksCleared())
         return True
+
+    def take_evicted(self) -> list[EvictedBlock]:
+        evicted, self._evicted = self._evicted, []
+        return evicted
+
+    def cached_prefix_blocks(self, hashes: list[BlockHash]) -> int:
+        """How many leading blocks of `hashes` the cache holds (tokens not checked: a hint for the tier fetch,
+        read from another thread; the scheduler's own lookup decides)."""
+        count = 0
+        for block_hash in hashes:
+            if block_hash not in self._cached:
+                break
+            count += 1
+        return count
 
     def take_events(self) -> list[KVEvent]:
         events, self._events = self._events, []

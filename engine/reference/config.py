@@ -76,6 +76,14 @@ class EngineConfig(ProcessSettings):
     kv_side_channel_port: int = Field(
         default=0, ge=-1, le=65535, description="P/D: TCP port for K/V pulls on host, advertised as remote_kv_port; "
         "0: an ephemeral port, -1: off (HTTP only)")
+    kv_tier_url: str | None = Field(
+        default=None, description="the node's KV tier for this engine's class, on its agent "
+        "(http://HOST:PORT/kv/tiers/CLASS): evicted blocks are offloaded there and missing prefix blocks fetched "
+        "from it; credential in env FLEET_KV_TIER_TOKEN; default none (no tier)")
+    kv_tier_queue_blocks: int = Field(
+        default=256, gt=0, le=65_536, description="evicted blocks that may wait to be offloaded; more are dropped")
+    kv_tier_timeout_s: float = Field(
+        default=2.0, gt=0, le=60, description="seconds a tier fetch may take before the prompt is computed instead")
     drain_grace_s: float = Field(
         default=30.0, ge=0, description="on SIGTERM or POST /drain: seconds in-flight requests may take to finish")
     keepalive_interval_s: float = Field(

@@ -90,8 +90,13 @@ class EnginePort(KVEnginePort, Protocol):
 
     def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
                  external_kv: torch.Tensor | None = None, external_kv_tokens: int = 0,
-                 hold_blocks: bool = False, kv_push: KVPushSink | None = None) -> AsyncIterator[RequestOutput]:
+                 external_kv_first_block: int = 0, hold_blocks: bool = False,
+                 kv_push: KVPushSink | None = None) -> AsyncIterator[RequestOutput]:
         """The request's outputs; leaving the iteration early aborts it."""
         ...
 
     async def reset_prefix_cache(self) -> bool: ...
+
+    def cached_prefix_blocks(self, hashes: list) -> int:
+        """A hint from any thread: the leading blocks of `hashes` the prefix cache holds now."""
+        ...

@@ -84,8 +84,9 @@ class KVStaging:
 class ExternalKV:
     """Prompt K/V received from the prefill engine, for the engine core to load instead of computing."""
 
-    kv: torch.Tensor  # [layers, 2, n_blocks, bs, h, d], logical blocks 0..n-1 of the prompt
-    num_tokens: int
+    kv: torch.Tensor  # [layers, 2, n_blocks, bs, h, d]: logical blocks first_block .. first_block+n-1
+    num_tokens: int  # the prompt tokens it covers, counted from the prompt's start
+    first_block: int = 0  # P/D: 0; a tier fetch: the first block the engine's own cache did not hold
 
 
 

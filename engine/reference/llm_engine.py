@@ -22,7 +22,7 @@ import torch
 
 from engine.contract.faults import Fault
 from engine.errors import ContextLengthExceeded, InvalidRequest
-from engine.reference.block_manager import BlockManager
+from engine.reference.block_manager import BlockManager, EvictedBlock
 from engine.reference.config import EngineConfig
 from engine.reference.model_runner import ModelRunner
 from engine.reference.output_processor import OutputProcessor
@@ -42,6 +42,17 @@ from engine.reference.sequence import Sequence, SequenceStatus
 from engine.reference.weights import load_model_bundle
 
 log = logging.getLogger(__name__)
+
+
+class KVTierSink(Protocol):
+    """Takes blocks the pool evicts, for the node's KV tier (engine.reference.kv_tier_client). Called on the
+    engine thread, so it must not block: what it cannot take now it does not take."""
+
+    def room(self) -> int: ...  # blocks it would take now
+
+    def offer(self, blocks: list[EvictedBlock], kv: torch.Tensor) -> None: ...  # kv: [layers, 2, n, bs, h, d]
+
+    def skipped(self, count: int) -> None: ...  # evicted blocks it had no room for (counted as dropped)
 
 
 class KVPushSink(Protocol):
@@ -87,6 +98,12 @@ class LLMEngine:
         self._held: dict[str, _HeldBlocks] = {}
         # Requests that finished outside a step (aborts), reported with the next stats.
         self._pending_finished: list[FinishedRequestStats] = []
+        self._tier_sink: KVTierSink | None = None
+
+    def set_tier_sink(self, sink: KVTierSink | None) -> None:
+        """Offload evicted blocks to `sink` from now on (None: stop)."""
+        self._tier_sink = sink
+        self.block_manager.record_evictions = sink is not None and self.config.enable_prefix_caching
 
     # --- requests -------------------------------------------------------------------------------------
 
@@ -128,6 +145,7 @@ class LLMEngine:
         *,
         external_kv: torch.Tensor | None = None,
         external_kv_tokens: int = 0,
+        external_kv_first_block: int = 0,
         hold_blocks: bool = False,
         kv_push: KVPushSink | None = None,
     ) -> None:
@@ -136,6 +154,7 @@ class LLMEngine:
         if external_kv is not None and external_kv_tokens > 0:
             # The decode engine always computes the last prompt token itself, so it has logits to sample.
             seq.external_kv_tokens = min(external_kv_tokens, len(prompt_token_ids) - 1)
+            seq.external_kv_first_block = external_kv_first_block
             self._external_kv[request_id] = external_kv
         if hold_blocks:
             self._hold.add(request_id)
@@ -229,6 +248,7 @@ class LLMEngine:
         self.release_expired()
         plan = self.scheduler.schedule()
         stats = IterationStats()
+        self._offload_evicted()  # before anything writes into the blocks the schedule reused
         self._apply_kv_loads(plan)
         logits = self.runner.execute(plan) if plan.chunks else None
         self._debug_delay(plan)
@@ -250,16 +270,29 @@ class LLMEngine:
         if self.config.debug_step_delay_ms and plan.chunks:
             self._sleep(self.config.debug_step_delay_ms / 1000)
 
+    def _offload_evicted(self) -> None:
+        """Hand the blocks this schedule evicted to the tier sink: one copy of their K/V, on this thread (a
+        memcpy); the sink sends it from its own. Blocks it has no room for are skipped before the copy."""
+        evicted = self.block_manager.take_evicted()
+        if not evicted or self._tier_sink is None:
+            return
+        taken = evicted[: self._tier_sink.room()]
+        if len(taken) < len(evicted):
+            self._tier_sink.skipped(len(evicted) - len(taken))
+        if taken:
+            self._tier_sink.offer(taken, self.runner.export_kv([b.block_id for b in taken]))
+
     def _apply_kv_loads(self, plan: SchedulerOutput) -> None:
         bs = self.config.block_size
         for load in plan.kv_loads:
             kv = self._external_kv.pop(load.seq.request_id, None)
             if kv is None:
                 continue
+            offset = load.seq.external_kv_first_block  # kv's first block is this logical block (tiers; 0 for P/D)
             first, last = load.start // bs, math.ceil(load.end / bs)
-            last = min(last, kv.shape[2])
+            last = min(last, offset + kv.shape[2])
             if last > first:
-                self.runner.import_kv(load.seq.block_table[first:last], kv[:, :, first:last])
+                self.runner.import_kv(load.seq.block_table[first:last], kv[:, :, first - offset : last - offset])
 
     def _sample_and_process(self, plan: SchedulerOutput, logits: torch.Tensor, stats: IterationStats) -> list[RequestOutput]:
         sampled_seqs = [chunk.seq for chunk in plan.chunks if chunk.samples]

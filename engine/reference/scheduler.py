@@ -200,6 +200,9 @@ class Scheduler:
         does not fit the budget or the pool."""
         bm = self.block_manager
         computed_blocks, num_hit = bm.get_computed_blocks(seq)
+        if seq.external_kv_first_block * bm.block_size > num_hit:
+            # K/V fetched from a tier to follow blocks the cache held then, and has lost since: a gap. Recompute.
+            seq.external_kv_tokens = 0
         load_end = max(num_hit, min(seq.external_kv_tokens, seq.num_tokens - 1))
         num_new = self._num_new_tokens(seq.num_tokens - load_end, step)
         if num_new == 0 or not bm.allocate_slots(seq, load_end - num_hit + num_new, computed_blocks):

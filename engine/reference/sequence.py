@@ -52,6 +52,9 @@ class Sequence:
     # The scheduler allocates their blocks at first schedule and lists them in SchedulerOutput.kv_loads;
     # a preemption resets this to 0 (the loaded K/V is gone, so the prompt is recomputed).
     external_kv_tokens: int = 0
+    # KV tier side: the external K/V starts at this logical block (the engine's own cache held the blocks before
+    # it when the tier was asked); it is used only if the engine still holds them at first schedule.
+    external_kv_first_block: int = 0
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     # The smallest and largest number of sequences sampled in the steps that produced its tokens (batch size
     # is a correctness variable: a sampler can be wrong only at some sizes). None before its first token.

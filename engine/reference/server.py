@@ -34,6 +34,7 @@ from engine.reference.config import EngineConfig
 from engine.reference.config_report import effective_config
 from engine.reference.engine_port import EnginePort
 from engine.reference.kv_event_publisher import KVEventPublisher
+from engine.reference.kv_tier_client import KVTierLink
 from engine.reference.kv_transfer import KVTransfer
 from engine.reference.metrics import CacheInfo, EngineMetrics
 from engine.reference.server_generation import Generation
@@ -71,6 +72,9 @@ class Serving:
             prewarm_bytes=_largest_frame(engine, config) if config.role != "mixed" else 0,
         )
         self.publisher = _make_publisher(config)
+        self.tier = KVTierLink(engine, config, lambda: self.kv.client) if config.kv_tier_url else None
+        if self.tier is not None:
+            self.metrics.registry.register(self.tier)
         self.lifecycle = Lifecycle(config.drain_grace_s, on_exit)
         engine.add_step_listener(self.metrics.on_step)
         if self.publisher is not None:
@@ -114,9 +118,13 @@ def build_app(engine: EnginePort, config: EngineConfig, on_exit: Callable[[], No
         if serving.publisher is not None:
             serving.publisher.start()
         await serving.kv.start()
+        if serving.tier is not None:
+            serving.tier.start()
         try:
             yield
         finally:
+            if serving.tier is not None:
+                await serving.tier.aclose()
             await serving.kv.aclose()
             if serving.publisher is not None:
                 serving.publisher.shutdown()

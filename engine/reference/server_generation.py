@@ -149,11 +149,16 @@ class Generation:
         extra: dict[str, Any] = {}
         if body.remote_prefill:
             external = await kv.acquire(body.kv_transfer_params, self.prompt_ids)
-            if external is not None:
-                extra = {"external_kv": external.kv, "external_kv_tokens": external.num_tokens}
+        elif self.serving.tier is not None:
+            external = await self.serving.tier.fetcher.acquire(self.prompt_ids)
+        else:
+            external = None
+        if external is not None:
+            extra = {"external_kv": external.kv, "external_kv_tokens": external.num_tokens,
+                     "external_kv_first_block": external.first_block}
         if body.remote_decode:
             self.pusher = kv.push_sender(self.request_id, body.kv_transfer_params)
-            extra = {"hold_blocks": True, "kv_push": self.pusher}
+            extra = {**extra, "hold_blocks": True, "kv_push": self.pusher}
         return engine.generate(self.request_id, self.prompt_ids, params, **extra)
 
     async def _finish(self) -> None:

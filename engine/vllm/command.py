@@ -22,6 +22,7 @@ the control plane. Each field maps to one flag or environment variable (docs/age
 | max_num_seqs, max_num_batched_tokens | `--max-num-seqs`, `--max-num-batched-tokens`                 |
 | kv_events_port, replay_port (args) | `--kv-events-config` (ZMQ publisher bound on both ports, topic "kv-events") |
 | role prefill / decode (arg) | `--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}` and env VLLM_NIXL_SIDE_CHANNEL_PORT |
+| kv_tiers                    | `--kv-transfer-config`: CPU offloading or LMCache, beside NIXL for P/D (engine/vllm/kv_tiers.py) |
 | api_key (arg)               | env VLLM_API_KEY (not argv: argv is visible to every user in `ps`)    |
 | hash_seed (arg)             | env PYTHONHASHSEED (vLLM derives NONE_HASH from it), or none for vLLM's own default seed |
 | (always)                    | env VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 (events carry the low 64 bits as ints) |
@@ -38,13 +39,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.contract.kv_tier import kv_layout_key
 from engine.contract.launch_flags import VLLM_FLAGS
 from engine.hashing import VLLM_DEFAULT_HASH_SEED
+from engine.vllm.kv_tiers import transfer_config, tier_connector
 
 ROLES = ("mixed", "prefill", "decode")
 KV_EVENTS_TOPIC = "kv-events"
 HASH_ALGO = "sha256_cbor"
-NIXL_TRANSFER_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+DEFAULT_TIER_DISK_PATH = "/var/lib/fleetctl/kv-tier"  # a class's kv_tiers.disk_path, when it names none
 # KV dtypes every recent vLLM accepts under --kv-cache-dtype (vllm/config/cache.py CacheDType).
 VLLM_KV_DTYPES = ("auto", "fp8", "bfloat16")
 
@@ -81,6 +84,8 @@ def render_vllm_command(
     side_channel_port: int | None = None,
     host: str | None = None,
     executable: str = "vllm",
+    kv_tier_disk_path: str = DEFAULT_TIER_DISK_PATH,
+    kv_tier_disk_enabled: bool = True,
 ) -> VllmLaunch:
     """The `vllm serve` command line and environment for one engine of this class and role."""
     if role not in ROLES:
@@ -89,10 +94,26 @@ def render_vllm_command(
     argv += ["--port", str(port)] + (["--host", host] if host else [])
     argv += _model_flags(spec) + _parallel_flags(spec) + _cache_flags(spec) + _batch_flags(spec)
     argv += ["--kv-events-config", _json(kv_events_config(kv_events_port, replay_port))]
-    if role != "mixed":
-        argv += ["--kv-transfer-config", _json(NIXL_TRANSFER_CONFIG)]
+    transfer = transfer_config(role, _tier_connector(spec, kv_tier_disk_path, kv_tier_disk_enabled))
+    if transfer is not None:
+        argv += ["--kv-transfer-config", _json(transfer)]
     argv += render_flags(spec.get("engine_args") or {}, reserved=RENDERED_FLAGS, field="engine_args")
     return VllmLaunch(argv=argv, env=_env(role, hash_seed, api_key, side_channel_port))
+
+
+def _tier_connector(spec: Mapping[str, Any], disk_path: str, disk_enabled: bool) -> dict[str, Any] | None:
+    world = int(spec.get("tensor_parallel_size") or 1) * int(spec.get("pipeline_parallel_size") or 1)
+    return tier_connector(spec.get("kv_tiers"), layout=vllm_layout(spec), default_disk_path=disk_path,
+                          world_size=world, disk_enabled=disk_enabled)
+
+
+def vllm_layout(spec: Mapping[str, Any]) -> str:
+    """The class's KV layout digest (engine.contract.kv_tier) from its fields: vLLM's block shape is not
+    known before it runs, and the fields that decide it are in the digest."""
+    return kv_layout_key(weights=str(spec.get("weights")), weights_revision=str(spec.get("weights_revision", "main")),
+                         dtype=str(spec.get("dtype", "auto")), kv_cache_dtype=str(spec.get("kv_cache_dtype", "auto")),
+                         rope_scaling=spec.get("rope_scaling"), block_size=int(spec.get("block_size") or 16),
+                         block_shape=[int(spec.get("tensor_parallel_size") or 1)])
 
 
 def kv_events_config(kv_events_port: int, replay_port: int) -> dict[str, Any]:

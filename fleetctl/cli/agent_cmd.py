@@ -57,6 +57,8 @@ SERVE_OPTIONS = OptionMap(
         "controller_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
         "restart_backoff": "a structured delay schedule (agent/backoff.py), tuned in code and injected by tests",
         "admin_token_file": "set from --admin-token-file, the option `admin_token` is read from",
+        "kv_tier_token": "a fresh random credential per agent start, handed to the engines it launches; nothing else "
+                         "needs to know it",
     },
 )
 

@@ -1,0 +1,151 @@
+"""The node's KV tiers between real reference-engine processes and the agent's tier routes, on loopback (tiny
+model). The routes run in this process over a real TierRegistry and disk directory (the agent serves the same
+routes over the same registry; starting a whole agent would need a controller and adds nothing here).
+
+A prompt whose blocks were evicted from the engine's small pool comes back from the DRAM tier, and from the disk
+tier, token for token as it was computed cold; a restarted tier host rebuilds its disk index and a new engine
+warms from it; bad credentials and bodies are refused naming the field."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from agent.api import kv_routes
+from agent.kv_tiers.registry import TierRegistry
+from agent.ports import free_port
+from engine.contract.kv_tier import TIER_TOKEN_ENV
+
+if TYPE_CHECKING:
+    from conftest import EngineProcess
+
+TOKEN = "tier-token-for-tests"
+ADMIN = "admin-credential-for-tests"
+TIERS = {"dram-class": {"dram_mib": 64}, "disk-class": {"disk_mib": 64}}
+TARGET = [(300 + 37 * i) % 40000 + 100 for i in range(150)]  # 9 full blocks a lookup may hit
+FILLERS = [[(1000 + 53 * i + 7 * n) % 40000 + 100 for i in range(140)] for n in range(3)]
+
+
+class TierHost:
+    """The tier routes over a registry rooted at `root`, served by uvicorn on a thread."""
+
+    def __init__(self, root: Path):
+        self.registry = TierRegistry(root)
+        for name, tiers in TIERS.items():
+            self.registry.ensure(name, tiers)
+        app = FastAPI()
+        kv_routes(app, self.registry, "node-t", tier_token=lambda: TOKEN, credential=lambda: ADMIN)
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the tier host did not start"
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def status(self, class_name: str, tier: str) -> dict:
+        rows = httpx.get(f"{self.url}/kv/status").json()["tiers"]
+        return next(r for r in rows if r["class"] == class_name and r["tier"] == tier)
+
+
+@pytest.fixture(scope="module")
+def tier_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiers")
+
+
+@pytest.fixture(scope="module")
+def host(tier_root: Path) -> Iterator[TierHost]:
+    tier_host = TierHost(tier_root)
+    yield tier_host
+    tier_host.stop()
+
+
+def engine_on(launch_engine, host: TierHost, class_name: str) -> "EngineProcess":
+    return launch_engine("--num-blocks-override", "24", "--kv-tier-url", f"{host.url}/kv/tiers/{class_name}",
+                         env={TIER_TOKEN_ENV: TOKEN})
+
+
+def greedy_tokens(engine: "EngineProcess", prompt: list[int]) -> list[int]:
+    response = engine.post("/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0,
+                                               "ignore_eos": True, "logprobs": 0, "return_tokens_as_token_ids": True})
+    assert response.status_code == 200, response.text
+    return [int(t.removeprefix("token_id:")) for t in response.json()["choices"][0]["logprobs"]["tokens"]]
+
+
+def wait_until(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("class_name, tier", [("dram-class", "dram"), ("disk-class", "disk")])
+def test_a_prompt_evicted_from_the_engine_comes_back_from_the_tier_identical(launch_engine, host, class_name, tier):
+    engine = engine_on(launch_engine, host, class_name)
+    cold = greedy_tokens(engine, TARGET)
+    for filler in FILLERS:  # 3 x 10 blocks through a 24-block pool: the target's blocks are evicted
+        greedy_tokens(engine, filler)
+    wait_until(lambda: host.status(class_name, tier)["blocks"] >= 9)
+    hits_before = host.status(class_name, tier)["hits"]
+    assert greedy_tokens(engine, TARGET) == cold
+    assert engine.metric("fleet_kv_tier_fetched_blocks_total") >= 9
+    assert engine.metric("vllm:prompt_tokens_by_source_total", source="external_kv_transfer") >= 9 * 16
+    assert host.status(class_name, tier)["hits"] >= hits_before + 9
+    engine.stop()
+
+
+def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_from_it(launch_engine, host, tier_root):
+    first = engine_on(launch_engine, host, "disk-class")
+    cold = greedy_tokens(first, TARGET)
+    for filler in FILLERS:
+        greedy_tokens(first, filler)
+    wait_until(lambda: host.status("disk-class", "disk")["blocks"] >= 9)
+    first.stop()
+    host.stop()
+    restarted = TierHost(tier_root)  # the agent, started again: only the files are left
+    try:
+        assert restarted.status("disk-class", "disk")["blocks"] >= 9
+        fresh = engine_on(launch_engine, restarted, "disk-class")
+        assert greedy_tokens(fresh, TARGET) == cold  # its own cache is empty: the prefix comes from disk
+        assert fresh.metric("fleet_kv_tier_fetched_blocks_total") >= 9
+        fresh.stop()
+    finally:
+        restarted.stop()
+
+
+def test_bad_credentials_and_bodies_are_refused_naming_the_field(tier_root):
+    tier_host = TierHost(tier_root / "refusals")
+    try:
+        url = f"{tier_host.url}/kv/tiers/dram-class"
+        assert httpx.post(f"{url}/blocks", content=b"x", headers={"authorization": "Bearer wrong"}).status_code == 401
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        garbage = httpx.post(f"{url}/blocks", content=b"\x00\x00\x00\x05hello", headers=auth)
+        assert garbage.status_code == 400 and garbage.json()["error"]["field"] == "body"
+        bad = httpx.post(f"{url}/fetch", json={"layout": "NOT-HEX", "hashes": [], "tokens": []}, headers=auth)
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "layout"
+        uneven = httpx.post(f"{url}/fetch", json={"layout": "ab" * 16, "hashes": [1, 2], "tokens": [[1]]}, headers=auth)
+        assert uneven.status_code == 422 and uneven.json()["error"]["field"] == "tokens"
+        unknown = httpx.post(f"{tier_host.url}/kv/tiers/nope/fetch", json={}, headers=auth)
+        assert unknown.status_code == 404 and unknown.json()["error"]["field"] == "class"
+        flush = httpx.post(f"{tier_host.url}/kv/flush", json={"tier": "tape"}, headers={"authorization": f"Bearer {ADMIN}"})
+        assert flush.status_code == 422 and flush.json()["error"]["field"] == "tier"
+        assert httpx.post(f"{tier_host.url}/kv/flush", json={}, headers=auth).status_code == 401  # not the admin's
+    finally:
+        tier_host.stop()
