@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fleetctl.controller.models import Assignment, ClassRevision, Deployment, Engine, Node, TrafficPolicy
+from fleetctl.controller.adoption import ADOPTED_NODE
+from fleetctl.controller.adoption import READY as ADOPTED_READY
+from fleetctl.controller.models import AdoptedEngine, Assignment, ClassRevision, Deployment, Engine, Node, TrafficPolicy
 from fleetctl.controller.nodes import UP
 from fleetctl.controller.versions import check_version
 from fleetctl.controller.traffic_guard import (
@@ -108,7 +110,14 @@ def ready_engine_rows(session: Session, refs: Iterable[str]) -> list[tuple[str, 
         .join(Node, Node.name == Engine.node)
         .where(Engine.state == READY, Node.state == UP, Engine.class_ref.in_(list(refs)))
     ).tuples()
-    return [(node, name, ref, role) for node, name, ref, role in rows if (node, name) not in drained]
+    # adopted engines (fleetctl engine adopt) run on no agent's node: ready while they answer their probe, and
+    # not once released (`draining`): the gateways route them as they route the others
+    adopted = session.execute(
+        select(AdoptedEngine.name, AdoptedEngine.class_ref, AdoptedEngine.role)
+        .where(AdoptedEngine.state == ADOPTED_READY, AdoptedEngine.class_ref.in_(list(refs)))
+    ).tuples()
+    found = [(node, name, ref, role) for node, name, ref, role in rows if (node, name) not in drained]
+    return found + [(ADOPTED_NODE, name, ref, role) for name, ref, role in adopted]
 
 
 def ready_engines_by_role(session: Session, refs: Iterable[str]) -> dict[tuple[str, str], int]:
@@ -144,8 +153,12 @@ def traffic_view(session: Session, model: str) -> dict[str, Any]:
 
 
 def deployed_revisions(session: Session, model: str) -> list[str]:
-    return sorted(set(session.execute(
-        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()))
+    """The revisions the model is served by without a policy (as the routing table counts them): those with
+    a deployment of at least one replica, and those of its adopted engines."""
+    deployed = session.execute(
+        select(Deployment.class_ref).where(Deployment.model == model, Deployment.replicas > 0)).scalars()
+    adopted = session.execute(select(AdoptedEngine.class_ref).where(AdoptedEngine.model == model)).scalars()
+    return sorted(set(deployed) | set(adopted))
 
 
 def model_weights(session: Session, model: str) -> dict[str, float]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ctl_helpers import Api, apply_class, beat, deploy, observed, register
 
-from fleetctl.controller.models import Node
+from fleetctl.controller.models import AdoptedEngine, Node
 
 MODEL = "smollm2-135m"
 
@@ -161,3 +161,30 @@ def test_get_traffic_shows_weights_ready_engines_and_correctness_fields(api: Api
     assert "max_num_seqs" not in view["revisions"][1]["correctness"]
     missing = api.call("GET", "/api/v1/traffic/no-such-model", role="viewer")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def adopt_row(api: Api, ref: str, state: str = "ready") -> None:
+    """An adopted engine of `ref` as `engine adopt` stores it (adoption itself is tested against a live engine
+    in tests/gateway/test_engine_adoption_process.py)."""
+    now = api.clock()
+    with api.runtime.store.session() as session:
+        session.add(AdoptedEngine(name="vllm-a", url="http://10.0.0.9:8000", model=MODEL, class_ref=ref, role="mixed",
+                                  kv_events_endpoint=None, state=state, metrics={}, reported=None, last_error=None,
+                                  adopted_at=now, adopted_by="admin", checked_at=now, draining_since=None))
+
+
+def test_a_revision_served_by_adopted_engines_takes_and_gives_up_traffic(api: Api) -> None:
+    register(api, "n1")
+    r1 = apply_class(api)["ref"]
+    r2 = apply_class(api, max_num_seqs=8)["ref"]
+    serve(api, "n1", r1)
+    adopt_row(api, r2)
+    view = api.call("GET", f"/api/v1/traffic/{MODEL}", role="viewer").json()
+    assert {r["ref"]: r["ready_engines"] for r in view["revisions"]} == {r1: 1, r2: 1}
+    assert view["weights"] == {r1: 1.0, r2: 1.0}  # no policy: every deployed or adopted revision, as routing has it
+    assert put(api, {r1: 1, r2: 3}).status_code == 200  # a rollout's split onto the adopted revision
+    assert put(api, {r1: 1, r2: 0}).status_code == 200  # and off it
+    with api.runtime.store.session() as session:
+        session.get(AdoptedEngine, "vllm-a").state = "draining"  # released: no new traffic
+    refused = put(api, {r1: 1, r2: 1})
+    assert (refused.status_code, refused.json()["error"]["field"]) == (409, f"weights.{r2}")
