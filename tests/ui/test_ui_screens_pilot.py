@@ -111,6 +111,11 @@ async def test_the_evidence_follows_the_cursor() -> None:
         await pilot.press("right")  # b16: no stream was sent
         await pilot.pause()
         assert "chat@r2 b16: not measured" in text_of(app.screen.query_one("#quality-evidence", Static))
+        await pilot.resize_terminal(80, 40)  # narrower than NARROW_BELOW: the grid is rebuilt, the cursor stays
+        await pilot.pause()
+        await pilot.pause()
+        assert grid.cursor_coordinate == (grid.get_row_index(f"{MODEL}/chat@r2"), 4)
+        assert "chat@r2 b16: not measured" in text_of(app.screen.query_one("#quality-evidence", Static))
 
 
 async def test_quality_without_canary_data_says_not_measured_plainly() -> None:

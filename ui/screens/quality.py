@@ -72,9 +72,12 @@ class QualityScreen(BaseScreen):
         table.border_title = Text.assemble("Quality: ", present.summary(self._streams))
         self._columns, self._rows = present.grid(self._streams)
         narrow = self.size.width < NARROW_BELOW
+        cursor = table.cursor_coordinate  # a rebuild (the width crossed NARROW_BELOW) must not move it
         set_columns(table, [STREAM_COLUMN, *self._columns], reset=narrow != self._narrow)
         rows = [(row.key, present.cells(row, self._columns, self._streams, narrow)) for row in self._rows]
         sync_rows(table, rows, rebuild=narrow != self._narrow, height=None)  # heights follow "not measured"
+        if narrow != self._narrow and table.row_count:
+            table.cursor_coordinate = table.validate_cursor_coordinate(cursor)
         self._narrow = narrow
         self._draw_evidence()
 
