@@ -26,13 +26,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import torch
 
 from engine.contract.kv_tier import (
     TIER_FRAME_MEDIA_TYPE,
+    MEDIA_HEADER,
     TIER_TOKEN_ENV,
     TierBlock,
     TierFrameError,
@@ -75,6 +76,9 @@ class TierCounters:
     dropped_failed: int = 0  # blocks lost to a failed send
     fetched: int = 0  # blocks loaded from a tier
     fetch_failures: int = 0
+    fetched_by_medium: dict[str, int] = field(default_factory=dict)  # "dram" | "disk" -> blocks
+    fetch_seconds: float = 0.0  # the fetches that returned blocks: request to tensor, summed
+    fetches: int = 0
 
 
 class TierOffloader:
@@ -210,7 +214,7 @@ class TierFetcher:
         wanted = [to_int64(h) for h in hashes[own:]]
         start = time.monotonic()
         try:
-            blocks = await self._fetch(wanted, tokens[own:])
+            blocks, media = await self._fetch(wanted, tokens[own:])
         except (httpx.HTTPError, TierFrameError, ValueError) as exc:
             self.counters.fetch_failures += 1
             log.info("KV tier fetch from %s failed (%r); computing the prompt", self.url, exc)
@@ -218,11 +222,18 @@ class TierFetcher:
         if not blocks:
             return None
         kv = await asyncio.to_thread(self._tensor, blocks)
-        self.counters.fetched += len(blocks)
-        log.debug("KV tier: %d blocks after %d own in %.1f ms", len(blocks), own, (time.monotonic() - start) * 1e3)
+        self._count(media, len(blocks), time.monotonic() - start)
         return ExternalKV(kv, (own + len(blocks)) * self.block_size, first_block=own)
 
-    async def _fetch(self, hashes: list[int], tokens: list[tuple[int, ...]]) -> list[TierBlock]:
+    def _count(self, media: list[str], blocks: int, seconds: float) -> None:
+        counters = self.counters
+        counters.fetched += blocks
+        counters.fetches += 1
+        counters.fetch_seconds += seconds
+        for medium in media[:blocks]:
+            counters.fetched_by_medium[medium] = counters.fetched_by_medium.get(medium, 0) + 1
+
+    async def _fetch(self, hashes: list[int], tokens: list[tuple[int, ...]]) -> tuple[list[TierBlock], list[str]]:
         body = {"layout": self.layout, "hashes": hashes, "tokens": [list(t) for t in tokens]}
         response = await self._client().post(f"{self.url}/fetch", json=body, headers=self._auth,
                                              timeout=self.timeout_s)
@@ -237,7 +248,8 @@ class TierFetcher:
                 raise ValueError(f"block {block.block_hash} is not the one asked for")
         if len(blocks) > len(hashes):
             raise ValueError(f"{len(blocks)} blocks for {len(hashes)} asked")
-        return blocks
+        media = [m for m in response.headers.get(MEDIA_HEADER, "").split(",") if m]
+        return blocks, media
 
     def _block_bytes(self) -> int:
         count = 1
@@ -276,7 +288,7 @@ class KVTierLink:
 
     def collect(self):
         """prometheus_client collector protocol: the counters as fleet_kv_tier_* families."""
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 
         c = self.counters
         offloaded = CounterMetricFamily("fleet_kv_tier_offloaded_blocks", "Evicted blocks the node's KV tier took.")
@@ -285,9 +297,14 @@ class KVTierLink:
                                       "queue was full (queue_full) or the send failed (send_failed).", labels=["reason"])
         dropped.add_metric(["queue_full"], c.dropped_full)
         dropped.add_metric(["send_failed"], c.dropped_failed)
-        fetched = CounterMetricFamily("fleet_kv_tier_fetched_blocks", "Prompt blocks loaded from the node's KV tier.")
-        fetched.add_metric([], c.fetched)
+        fetched = CounterMetricFamily("fleet_kv_tier_fetched_blocks", "Prompt blocks loaded from the node's KV "
+                                      "tier, by the tier that held them (dram, disk).", labels=["tier"])
+        for tier in ("dram", "disk"):
+            fetched.add_metric([tier], c.fetched_by_medium.get(tier, 0))
+        seconds = SummaryMetricFamily("fleet_kv_tier_fetch_seconds", "Seconds from asking the tier to holding the "
+                                      "blocks, per fetch that returned blocks.", count_value=c.fetches,
+                                      sum_value=c.fetch_seconds)
         failures = CounterMetricFamily("fleet_kv_tier_fetch_failures", "Tier fetches that failed (the prompt was "
                                        "computed).")
         failures.add_metric([], c.fetch_failures)
-        return [offloaded, dropped, fetched, failures]
+        return [offloaded, dropped, fetched, seconds, failures]

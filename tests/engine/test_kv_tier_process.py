@@ -105,7 +105,8 @@ def test_a_prompt_evicted_from_the_engine_comes_back_from_the_tier_identical(lau
     wait_until(lambda: host.status(class_name, tier)["blocks"] >= 9)
     hits_before = host.status(class_name, tier)["hits"]
     assert greedy_tokens(engine, TARGET) == cold
-    assert engine.metric("fleet_kv_tier_fetched_blocks_total") >= 9
+    assert engine.metric("fleet_kv_tier_fetched_blocks_total", tier=tier) >= 9
+    assert engine.metric("fleet_kv_tier_fetch_seconds_count") >= 1
     assert engine.metric("vllm:prompt_tokens_by_source_total", source="external_kv_transfer") >= 9 * 16
     assert host.status(class_name, tier)["hits"] >= hits_before + 9
     engine.stop()
@@ -124,7 +125,7 @@ def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_fr
         assert restarted.status("disk-class", "disk")["blocks"] >= 9
         fresh = engine_on(launch_engine, restarted, "disk-class")
         assert greedy_tokens(fresh, TARGET) == cold  # its own cache is empty: the prefix comes from disk
-        assert fresh.metric("fleet_kv_tier_fetched_blocks_total") >= 9
+        assert fresh.metric("fleet_kv_tier_fetched_blocks_total", tier="disk") >= 9
         fresh.stop()
     finally:
         restarted.stop()
