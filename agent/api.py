@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import asdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +147,9 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
 
     @app.get("/kv/status")
     async def kv_status() -> dict[str, Any]:
-        return {"node": node, "disk_enabled": tiers.disk_enabled, "tiers": tier_rows(tiers)}
+        rows = [{**row, "hit_rate": _ratio(row["hits"], row["hits"] + row["misses"]),
+                 "mean_fetch_s": _ratio(row["fetch_seconds_sum"], row["fetches"])} for row in tiers.reports()]
+        return {"node": node, "disk_enabled": tiers.disk_enabled, "tiers": rows}
 
     @app.post("/kv/flush")
     async def flush(request: Request) -> dict[str, Any]:
@@ -163,14 +164,8 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
         return {"node": node, "dropped": dropped}
 
 
-def tier_rows(tiers: TierRegistry) -> list[dict[str, Any]]:
-    rows = []
-    for class_name, store in tiers.items():
-        for status in store.status():
-            rows.append({"class": class_name, **asdict(status), "hit_rate": status.hit_rate,
-                         "mean_fetch_s": status.mean_fetch_s, "offloaded": store.counters.offloaded,
-                         "refused": store.counters.refused})
-    return rows
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -45,6 +45,14 @@ class HeartbeatReply(Protocol):
     def heartbeat_interval_s(self) -> float: ...
 
 
+class NodeTiers(Protocol):
+    """The node's KV tiers on the heartbeat (agent.kv_tiers.control.TierControl)."""
+
+    def beat_fields(self) -> dict[str, Any]: ...
+
+    async def apply(self, kv: Any) -> None: ...
+
+
 class ControllerLink(Protocol):
     """What the loop needs of the controller client (fleetctl.client.AsyncControllerClient has it; the agent
     does not import it, so the replies are described structurally). Failures raise; an exception with
@@ -95,6 +103,7 @@ class HeartbeatLoop:
         uniform: Uniform = random.uniform,
         clock: Callable[[], float] = time.monotonic,
         after_exchange: Callable[[], Awaitable[None]] | None = None,
+        tiers: NodeTiers | None = None,
     ):
         self.link = link
         self.registration = registration
@@ -104,6 +113,7 @@ class HeartbeatLoop:
         self.uniform = uniform
         self.clock = clock
         self.after_exchange = after_exchange  # e.g. the direct-action upload; its failure is its own
+        self.tiers = tiers  # the node's KV tiers: reported on each beat, directed by each reply
         self.status = LinkStatus()
 
     @property
@@ -138,6 +148,8 @@ class HeartbeatLoop:
         generation = beat.generation
         self.on_assignment(generation, list(beat.assignment))
         status.generation = generation
+        if self.tiers is not None:
+            await self.tiers.apply(getattr(beat, "kv", None))
         if self.after_exchange is not None:
             await self.after_exchange()
 
@@ -147,6 +159,7 @@ class HeartbeatLoop:
             "generation": self.status.generation or 0,
             "engines": [engine.model_dump(mode="json") for engine in self.observe()],
             "cut_off_s": cut_off_s,
+            **(self.tiers.beat_fields() if self.tiers is not None else {}),
         }
 
     def _succeeded(self, cut_off_s: float | None) -> None:

@@ -21,6 +21,7 @@ import uvicorn
 from agent.api import make_api
 from agent.direct_sync import DirectSync
 from agent.heartbeat import ControllerLink, HeartbeatLoop
+from agent.kv_tiers.control import TierControl
 from agent.settings import AgentSettings
 from agent.supervisor import BreakGlass, Supervisor
 from engine.contract import EngineAssignment
@@ -45,6 +46,7 @@ class Agent:
         self.heartbeat = HeartbeatLoop(
             link, registration=registration(settings), observe=self.supervisor.observed,
             on_assignment=self._on_assignment, backoff=settings.controller_backoff, after_exchange=self.direct.sync,
+            tiers=TierControl(self.supervisor.tiers),
         )
         self.stop = asyncio.Event()
         self.wake = asyncio.Event()

@@ -18,7 +18,7 @@ from fleetctl.replica_class import REF_PATTERN
 
 FlagValue = bool | float | str | None
 Scope = Literal["fleet", "model"]
-Reader = Literal["gateway", "controller"]
+Reader = Literal["gateway", "controller", "agent"]
 
 
 class FlagError(ValueError):
@@ -35,7 +35,7 @@ class FlagSpec:
     kind: type  # bool, float, or str (a class revision NAME@rN)
     default: FlagValue
     scope: Scope
-    read_by: Reader  # who applies it: gateways (from the routing table) or the controller
+    read_by: Reader  # who applies it: gateways (from the routing table), the controller, or agents (heartbeat)
     summary: str  # what it does when set to a value other than its default (docs/flags.md says more)
     minimum: float | None = None
     maximum: float | None = None
@@ -67,6 +67,9 @@ CATALOG: dict[str, FlagSpec] = {spec.name: spec for spec in (
              "off: rollouts stop advancing and show paused_by: flag; serving continues"),
     FlagSpec("planner", bool, True, "fleet", "controller",
              "off: the P:D planner still recommends, but starts no rebalance in auto mode"),
+    FlagSpec("kv_tier_disk", bool, True, "fleet", "agent",
+             "off: agents stop writing KV blocks to their disk tiers and reading them back (the blocks stay "
+             "until flushed)"),
     FlagSpec("reconciler", bool, True, "fleet", "controller",
              "off: placement stops changing the fleet (no engine started, stopped or drained); serving continues"),
     FlagSpec("freeze", bool, False, "fleet", "controller",

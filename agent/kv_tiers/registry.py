@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import asdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,19 @@ class TierRegistry:
             self.disk_enabled = enabled
             for store in self._stores.values():
                 store.set_disk_enabled(enabled)
+
+    def flush(self, class_name: str | None = None, tier: str | None = None) -> dict[str, int]:
+        """Drop the blocks of one class's tiers (None: every class's), of one tier (None: both). Returns the
+        blocks dropped per class; a class with no store here drops nothing."""
+        stores = self.items() if class_name is None else [(class_name, self.get(class_name))]
+        return {name: sum(store.flush(tier).values()) for name, store in stores if store is not None}
+
+    def reports(self) -> list[dict[str, Any]]:
+        """Every class's tiers, one row each, in engine.contract.kv_tier_report.TierReport's shape (the
+        heartbeat sends them; GET /kv/status shows them)."""
+        rows = []
+        for class_name, store in self.items():
+            for status in store.status():
+                rows.append({"class_name": class_name, **asdict(status), "offloaded": store.counters.offloaded,
+                             "refused": store.counters.refused})
+        return rows

@@ -50,6 +50,10 @@ class EngineMetrics(BaseModel):
     ttft_seconds_count: NonNegative = Field(default=0, description="requests with a first token (counter)")
     itl_seconds_sum: NonNegative = Field(default=0, description="inter-token seconds, summed over tokens (counter)")
     itl_seconds_count: NonNegative = Field(default=0, description="inter-token intervals observed (counter)")
+    # the node's KV tiers (a reference engine whose class asks for them; else 0)
+    kv_tier_offloaded: NonNegative = Field(default=0, description="evicted blocks the node's tier took (counter)")
+    kv_tier_offload_dropped: NonNegative = Field(default=0, description="evicted blocks not offloaded: the queue "
+                                                 "was full or the send failed (counter)")
 
     @model_validator(mode="before")
     @classmethod

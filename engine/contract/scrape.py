@@ -32,6 +32,9 @@ SAMPLES = {
     "ttft_seconds_count": metric_names.TIME_TO_FIRST_TOKEN + "_count",
     "itl_seconds_sum": metric_names.INTER_TOKEN_LATENCY + "_sum",
     "itl_seconds_count": metric_names.INTER_TOKEN_LATENCY + "_count",
+    # a reference engine's node KV tier link (summed over the drop reasons)
+    "kv_tier_offloaded": metric_names.KV_TIER_OFFLOADED_BLOCKS + "_total",
+    "kv_tier_offload_dropped": metric_names.KV_TIER_OFFLOAD_DROPPED_BLOCKS + "_total",
 }
 AVERAGED = {"kv_cache_usage_perc"}
 FRACTIONS = {"kv_cache_usage_perc"}

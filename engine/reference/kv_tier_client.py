@@ -41,6 +41,7 @@ from engine.contract.kv_tier import (
     encode_tier_frame,
     kv_layout_key,
 )
+from engine import metric_names
 from engine.hashing import BlockHash, hash_block_tokens, to_int64
 from engine.reference.block_manager import EvictedBlock
 from engine.reference.config import EngineConfig
@@ -77,8 +78,10 @@ class TierCounters:
     fetched: int = 0  # blocks loaded from a tier
     fetch_failures: int = 0
     fetched_by_medium: dict[str, int] = field(default_factory=dict)  # "dram" | "disk" -> blocks
-    fetch_seconds: float = 0.0  # the fetches that returned blocks: request to tensor, summed
-    fetches: int = 0
+    # the fetches that returned blocks, by the slowest tier among their blocks: request-to-tensor seconds and
+    # blocks, summed (their ratio is the measured cost of a block from that tier)
+    fetch_seconds: dict[str, float] = field(default_factory=dict)
+    fetch_blocks: dict[str, int] = field(default_factory=dict)
 
 
 class TierOffloader:
@@ -228,10 +231,11 @@ class TierFetcher:
     def _count(self, media: list[str], blocks: int, seconds: float) -> None:
         counters = self.counters
         counters.fetched += blocks
-        counters.fetches += 1
-        counters.fetch_seconds += seconds
         for medium in media[:blocks]:
             counters.fetched_by_medium[medium] = counters.fetched_by_medium.get(medium, 0) + 1
+        slowest = "disk" if "disk" in media[:blocks] else "dram"
+        counters.fetch_seconds[slowest] = counters.fetch_seconds.get(slowest, 0.0) + seconds
+        counters.fetch_blocks[slowest] = counters.fetch_blocks.get(slowest, 0) + blocks
 
     async def _fetch(self, hashes: list[int], tokens: list[tuple[int, ...]]) -> tuple[list[TierBlock], list[str]]:
         body = {"layout": self.layout, "hashes": hashes, "tokens": [list(t) for t in tokens]}
@@ -291,10 +295,12 @@ class KVTierLink:
         from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 
         c = self.counters
-        offloaded = CounterMetricFamily("fleet_kv_tier_offloaded_blocks", "Evicted blocks the node's KV tier took.")
+        offloaded = CounterMetricFamily(metric_names.KV_TIER_OFFLOADED_BLOCKS,
+                                        "Evicted blocks the node's KV tier took.")
         offloaded.add_metric([], c.offloaded)
-        dropped = CounterMetricFamily("fleet_kv_tier_offload_dropped_blocks", "Evicted blocks not offloaded: the "
-                                      "queue was full (queue_full) or the send failed (send_failed).", labels=["reason"])
+        dropped = CounterMetricFamily(metric_names.KV_TIER_OFFLOAD_DROPPED_BLOCKS, "Evicted blocks not offloaded: the "
+                                      "queue was full (queue_full) or the send failed (send_failed).",
+                                      labels=["reason"])
         dropped.add_metric(["queue_full"], c.dropped_full)
         dropped.add_metric(["send_failed"], c.dropped_failed)
         fetched = CounterMetricFamily("fleet_kv_tier_fetched_blocks", "Prompt blocks loaded from the node's KV "
@@ -302,8 +308,12 @@ class KVTierLink:
         for tier in ("dram", "disk"):
             fetched.add_metric([tier], c.fetched_by_medium.get(tier, 0))
         seconds = SummaryMetricFamily("fleet_kv_tier_fetch_seconds", "Seconds from asking the tier to holding the "
-                                      "blocks, per fetch that returned blocks.", count_value=c.fetches,
-                                      sum_value=c.fetch_seconds)
+                                      "blocks, summed over fetches; the count is blocks, so sum/count is seconds "
+                                      "per block. tier: the slowest tier a fetch read (disk if any block came "
+                                      "from disk).", labels=["tier"])
+        for tier in ("dram", "disk"):
+            seconds.add_metric([tier], count_value=c.fetch_blocks.get(tier, 0),
+                               sum_value=c.fetch_seconds.get(tier, 0.0))
         failures = CounterMetricFamily("fleet_kv_tier_fetch_failures", "Tier fetches that failed (the prompt was "
                                        "computed).")
         failures.add_metric([], c.fetch_failures)

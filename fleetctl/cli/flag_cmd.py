@@ -155,6 +155,8 @@ def applied(api: Any, shown: dict[str, Any], key: str, wait: bool, timeout: floa
     spec, _model = parse_key(key)
     if spec.read_by == "controller":
         status("the controller applies it at its next reconcile pass")
+    elif spec.read_by == "agent":
+        status("agents apply it on their next heartbeat")
     elif wait and shown.get("generation") is not None:
         shown["applied"] = wait_applied(api.list_gateways, shown["generation"], timeout)
     return shown

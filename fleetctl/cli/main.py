@@ -31,6 +31,7 @@ from fleetctl.cli import (
     engine_cmd,
     flag_cmd,
     gateway_cmd,
+    kv_cmd,
     node_cmd,
     pd_cmd,
     rollout_cmd,
@@ -48,6 +49,7 @@ from fleetctl.client import DEFAULT_CONTROLLER, DEFAULT_TIMEOUT_S
 COMMAND_MODULES: list[ModuleType] = [
     status_cmd,
     node_cmd,
+    kv_cmd,  # kv status|flush
     engine_cmd,
     class_cmd,
     deploy_cmd,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetctl.client.endpoint import Request, endpoint, params_of, stream_endpoint
+from fleetctl.controller.kv_responses import KVFlushAccepted
 from fleetctl.controller.responses import (
     ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted, DeploymentSetResult,
     DeploymentView, EngineChange, EngineDrift, EngineView, FleetStatus, GatewayView, Health, HeartbeatResponse,
@@ -87,6 +88,13 @@ class FleetCalls:
     @endpoint("POST", "/api/v1/nodes/{name}/drain", NodeChange)
     def drain_node(name: str, reason: str | None = None) -> Request:
         return Request(path={"name": name}, reason=reason)
+
+    @endpoint("POST", "/api/v1/nodes/{name}/kv/flush", KVFlushAccepted)
+    def flush_node_kv(name: str, class_name: str | None = None, tier: str | None = None,
+                      reason: str | None = None) -> Request:
+        """Drop the blocks of the node's KV tiers (`class_name`'s, or every class's; `tier`, or both): its agent
+        carries it out on its next heartbeat (the node's `kv_flushed` says when)."""
+        return Request(path={"name": name}, json={"class_name": class_name, "tier": tier}, reason=reason)
 
     @endpoint("GET", "/api/v1/engines", list[EngineView])
     def list_engines(node: str | None = None) -> Request:

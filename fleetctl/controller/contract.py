@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine.contract import EngineAssignment, EngineObserved
 from engine.contract.bounds import Count, Count32, NonNegative, SafeStr, Seconds, Url
+from engine.contract.kv_tier_report import MAX_TIER_REPORTS, KVDirectives, KVFlushDone, TierReport
 from fleetctl.controller.schemas import ClassRef, LabelMap, Name, NonBlank
 
 AGENT_INPUT = ConfigDict(extra="ignore")
@@ -48,6 +49,9 @@ class HeartbeatRequest(BaseModel):
     generation: Count32 = Field(description="the last assignment generation the agent applied")
     engines: list[EngineObserved] = Field(default_factory=list, max_length=10_000)
     cut_off_s: Seconds | None = Field(default=None, description="seconds unreachable before this beat")
+    kv_tiers: list[TierReport] = Field(default_factory=list, max_length=MAX_TIER_REPORTS,
+                                       description="the node's KV tiers, one per class and tier")
+    kv_flushed: KVFlushDone | None = Field(default=None, description="the last flush the agent carried out")
 
     @field_validator("engines")
     @classmethod
@@ -62,6 +66,7 @@ class HeartbeatResponse(BaseModel):
     generation: int
     assignment: list[EngineAssignment]
     heartbeat_interval_s: float
+    kv: KVDirectives = Field(default_factory=KVDirectives, description="the node's KV tiers: the disk flag, a flush")
 
 
 class RoutingModel(BaseModel):

@@ -46,7 +46,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from fleetctl.controller import audit, drill_effects
+from fleetctl.controller import audit, drill_effects, node_kv
 
 from fleetctl.controller.contract import HeartbeatRequest
 from fleetctl.controller.db import Store
@@ -61,7 +61,7 @@ _WRITE_BEAT = (
     update(NODES_TABLE)
     .where(NODES_TABLE.c.name == bindparam("b_node"))
     .values(state=UP, last_heartbeat_at=bindparam("b_at"), applied_generation=bindparam("b_applied"),
-            cut_off_s=bindparam("b_cut_off"))
+            cut_off_s=bindparam("b_cut_off"), kv_tiers=bindparam("b_kv_tiers"))
 )
 
 
@@ -70,16 +70,25 @@ class CachedNode:
     state: str
     generation: int
     assignment_json: str  # the reply's assignment, serialised once per generation
+    kv_flush: dict[str, Any] | None = None  # a flush of its KV tiers not yet done (node_kv.py)
+    kv_json: str = node_kv.directives_json(True, None)  # the reply's `kv`, serialised with the two above
 
     @classmethod
-    def of(cls, result: HeartbeatResult) -> "CachedNode":
+    def of(cls, result: HeartbeatResult, disk: bool) -> "CachedNode":
         """A synchronous beat's reply (the node is up now)."""
-        return cls(UP, result.generation, json.dumps(result.assignment, separators=(",", ":")))
+        return cls.build(UP, result.generation, json.dumps(result.assignment, separators=(",", ":")),
+                         result.kv_flush, disk)
+
+    @classmethod
+    def build(cls, state: str, generation: int, assignment_json: str, kv_flush: dict[str, Any] | None,
+              disk: bool) -> "CachedNode":
+        return cls(state, generation, assignment_json, kv_flush, node_kv.directives_json(disk, kv_flush))
 
 
-def reply_body(generation: int, assignment_json: str, interval_s: float) -> bytes:
+def reply_body(cached: CachedNode, interval_s: float) -> bytes:
     """The heartbeat reply (contract.HeartbeatResponse) without re-serialising the cached assignment."""
-    return f'{{"generation":{generation},"assignment":{assignment_json},"heartbeat_interval_s":{json.dumps(interval_s)}}}'.encode()
+    return (f'{{"generation":{cached.generation},"assignment":{cached.assignment_json},'
+            f'"heartbeat_interval_s":{json.dumps(interval_s)},"kv":{cached.kv_json}}}').encode()
 
 
 class HeartbeatBuffer:
@@ -95,6 +104,8 @@ class HeartbeatBuffer:
         self._written: dict[str, tuple[str, datetime]] = {}
         self._pending: dict[str, tuple[HeartbeatRequest, datetime]] = {}
         self._nodes: dict[str, CachedNode] = {}
+        self._acked_flush: dict[str, int] = {}  # per node, the flush id whose done report was written
+        self.disk = True  # the kv_tier_disk flag as of the last flush (every reply carries it)
         self._lock = threading.Lock()  # guards _pending and _nodes (accept runs on the event loop)
         self._flush_lock = threading.Lock()  # one flush at a time
 
@@ -117,7 +128,7 @@ class HeartbeatBuffer:
 
     def remember(self, req: HeartbeatRequest, result: HeartbeatResult, now: datetime) -> CachedNode:
         """Prime the cache from a synchronous beat (the node is up now; it wrote its engines)."""
-        cached = CachedNode.of(result)
+        cached = CachedNode.of(result, self.disk)
         with self._lock:
             self._nodes[req.node] = cached
             self._written[req.node] = (engines_key(req), now)
@@ -159,12 +170,15 @@ class HeartbeatBuffer:
         with self.store.session() as session:
             before = node_states(session)
             beats = [(req, at) for node, (req, at) in pending.items() if node in before]  # deleted nodes: dropped
-            written = self._write_beats(session, beats)
+            written, acked = self._write_beats(session, beats)
             came_back = [req.node for req, _ in beats if before[req.node][0] != UP]
-            states = {name: (UP if name in pending else state, generation) for name, (state, generation) in before.items()}
+            advanced = {node for node, (_, cleared) in acked.items() if cleared}  # a cleared flush moved these
+            states = {name: (UP if name in pending else state, generation + (name in advanced))
+                      for name, (state, generation) in before.items()}
             assignments = self._changed_assignments(session, states)
-        self._committed(written)
-        self._refresh(states, assignments)
+            disk = node_kv.disk_enabled(session, self.clock())
+        self._committed(written, acked)
+        self._refresh(states, assignments, disk)
         return len(beats), came_back
 
     def _write_each(self, pending: dict[str, tuple[HeartbeatRequest, datetime]]) -> tuple[int, list[str]]:
@@ -177,38 +191,54 @@ class HeartbeatBuffer:
                 continue
             try:
                 with self.store.session() as session:
-                    written = self._write_beats(session, [(req, at)])
+                    written, acked = self._write_beats(session, [(req, at)])
             except Exception as exc:
                 if is_transient(exc):
                     raise
                 self._drop(req, exc)
                 continue
-            self._committed(written)
+            self._committed(written, acked)
             stored.append(node)
         with self.store.session() as session:
             states = node_states(session)
             assignments = self._changed_assignments(session, states)
-        self._refresh(states, assignments)
+            disk = node_kv.disk_enabled(session, self.clock())
+        self._refresh(states, assignments, disk)
         return len(stored), [node for node in stored if before[node][0] != UP]
 
-    def _write_beats(self, session: Any, beats: list[tuple[HeartbeatRequest, datetime]]) -> dict[str, Any]:
+    def _write_beats(self, session: Any, beats: list[tuple[HeartbeatRequest, datetime]]
+                     ) -> tuple[dict[str, Any], dict[str, tuple[int, bool]]]:
         """The nodes' heartbeat columns, and the engines of those whose engines must be rewritten. Returns
-        what `_written` becomes once this transaction commits."""
+        what `_written` becomes once this transaction commits, and the flushes acknowledged (`_acknowledge_flushes`)."""
         if not beats:
-            return {}
+            return {}, {}
         session.execute(_WRITE_BEAT, [{"b_node": req.node, "b_at": at, "b_applied": req.generation,
-                                       "b_cut_off": req.cut_off_s} for req, at in beats])
+                                       "b_cut_off": req.cut_off_s, "b_kv_tiers": node_kv.tier_rows(req)}
+                                      for req, at in beats])
+        acked = self._acknowledge_flushes(session, beats)
         rewrite, written = self._engines_to_write(beats)
         if rewrite:
             session.execute(delete(ENGINES_TABLE).where(ENGINES_TABLE.c.node.in_([req.node for req, _ in rewrite])))
             rows = [row for req, at in rewrite for row in observed_rows(req, at)]
             if rows:
                 session.execute(insert(ENGINES_TABLE), rows)
-        return written
+        return written, acked
 
-    def _committed(self, written: dict[str, Any]) -> None:
+    def _acknowledge_flushes(self, session: Any, beats: list[tuple[HeartbeatRequest, datetime]]
+                             ) -> dict[str, tuple[int, bool]]:
+        """Flushes reported done and not yet looked at (an agent reports its last one on every beat): cleared
+        on their nodes when pending (node_kv.acknowledge_flush, which advances the node's generation).
+        Returns node -> (flush id, whether it was cleared)."""
+        with self._lock:
+            new = [(req, at) for req, at in beats
+                   if req.kv_flushed is not None and self._acked_flush.get(req.node) != req.kv_flushed.id]
+        return {req.node: (req.kv_flushed.id, node_kv.acknowledge_flush(session, req.node, req.kv_flushed, at))
+                for req, at in new}
+
+    def _committed(self, written: dict[str, Any], acked: dict[str, tuple[int, bool]]) -> None:
         with self._lock:  # committed: now they count as written
             self._written.update(written)
+            self._acked_flush.update({node: flush_id for node, (flush_id, _) in acked.items()})
 
     def _drop(self, req: HeartbeatRequest, exc: Exception) -> None:
         reason = drop_reason(exc)
@@ -239,8 +269,9 @@ class HeartbeatBuffer:
                 written[req.node] = (engines, at)
         return rewrite, written
 
-    def _changed_assignments(self, session: Any, states: dict[str, tuple[str, int]]) -> dict[str, str]:
-        """Serialised assignments of the nodes whose generation is not the cached one."""
+    def _changed_assignments(self, session: Any, states: dict[str, tuple[str, int]]
+                             ) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Serialised assignments (and pending KV flushes) of the nodes whose generation is not the cached one."""
         with self._lock:
             stale = [name for name, (_, generation) in states.items()
                      if name not in self._nodes or self._nodes[name].generation != generation]
@@ -252,19 +283,28 @@ class HeartbeatBuffer:
             query = ASSIGNMENT_ROWS.add_columns(Assignment.node).where(Assignment.node.in_(chunk)).order_by(Assignment.name)
             for row in session.execute(query).all():
                 by_node[row.node].append(to_assignment(row).to_contract(row.spec, faults.get(row.name)))
-        return {name: json.dumps(rows, separators=(",", ":")) for name, rows in by_node.items()}
+        flushes: dict[str, Any] = {}
+        for chunk in chunks(stale, 500):
+            query = select(NODES_TABLE.c.name, NODES_TABLE.c.kv_flush).where(NODES_TABLE.c.name.in_(chunk))
+            flushes.update({row.name: row.kv_flush for row in session.execute(query)})
+        return {name: (json.dumps(rows, separators=(",", ":")), flushes.get(name)) for name, rows in by_node.items()}
 
-    def _refresh(self, states: dict[str, tuple[str, int]], assignments: dict[str, str]) -> None:
+    def _refresh(self, states: dict[str, tuple[str, int]],
+                 assignments: dict[str, tuple[str, dict[str, Any] | None]], disk: bool) -> None:
         with self._lock:
+            disk_moved, self.disk = disk != self.disk, disk
             for name in list(self._nodes):
                 if name not in states:
                     del self._nodes[name]  # deleted: its next beat takes the synchronous path (404)
                     self._written.pop(name, None)
+                    self._acked_flush.pop(name, None)
             for name, (state, generation) in states.items():
+                cached = self._nodes.get(name)
                 if name in assignments:
-                    self._nodes[name] = CachedNode(state, generation, assignments[name])
-                elif name in self._nodes and self._nodes[name].state != state:
-                    self._nodes[name] = CachedNode(state, generation, self._nodes[name].assignment_json)
+                    self._nodes[name] = CachedNode.build(state, generation, *assignments[name], disk)
+                elif cached is not None and (cached.state != state or disk_moved):
+                    self._nodes[name] = CachedNode.build(state, generation, cached.assignment_json, cached.kv_flush,
+                                                         disk)
 
 
 def node_states(session: Any) -> dict[str, tuple[str, int]]:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import drill_effects
+from fleetctl.controller import drill_effects, node_kv
 from fleetctl.controller.contract import HeartbeatRequest, RegisterRequest
 from fleetctl.controller.models import Assignment, ClassRevision, Engine, Node
 from fleetctl.controller.placement import PlannedEngine
@@ -43,6 +43,7 @@ class HeartbeatResult:
     generation: int
     assignment: list[dict[str, Any]]
     came_back: bool  # the node was down: placement may change, so reconcile soon
+    kv_flush: dict[str, Any] | None = None  # a flush of its KV tiers asked for and not yet done (node_kv.py)
 
 
 # Core tables and the assignment query, shared with heartbeats.py (its batched write-behind path).
@@ -53,21 +54,27 @@ def heartbeat(session: Session, req: HeartbeatRequest, now: datetime) -> Heartbe
     # The node's row is updated first: its generation is read under the row's write lock (the reconciler and
     # drains advance it with an UPDATE of the same row before they commit new assignment rows), so the
     # assignment read below in this transaction is the one that generation names.
-    values = {"state": UP, "last_heartbeat_at": now, "applied_generation": req.generation, "cut_off_s": req.cut_off_s}
-    generation = _update_node(session, req.node, values, only_if_up=True)
-    came_back = generation is None  # down (or unknown): placement may change, so the caller wakes the reconciler
+    values = {"state": UP, "last_heartbeat_at": now, "applied_generation": req.generation, "cut_off_s": req.cut_off_s,
+              "kv_tiers": node_kv.tier_rows(req)}
+    row = _update_node(session, req.node, values, only_if_up=True)
+    came_back = row is None  # down (or unknown): placement may change, so the caller wakes the reconciler
     if came_back:
-        generation = _update_node(session, req.node, values, only_if_up=False)
-        if generation is None:
+        row = _update_node(session, req.node, values, only_if_up=False)
+        if row is None:
             raise NotFound(f"node {req.node!r} is not registered; register first", code="node_not_registered", field="node")
     _replace_observed(session, req, now)
-    return HeartbeatResult(generation, assignment_of(session, req.node), came_back)
+    generation, kv_flush = row
+    if req.kv_flushed is not None and node_kv.acknowledge_flush(session, req.node, req.kv_flushed, now):
+        generation, kv_flush = generation + 1, None
+    return HeartbeatResult(generation, assignment_of(session, req.node), came_back, kv_flush)
 
 
-def _update_node(session: Session, node: str, values: dict[str, Any], only_if_up: bool) -> int | None:
+def _update_node(session: Session, node: str, values: dict[str, Any], only_if_up: bool) -> Any:
+    """(generation, kv_flush) of the updated node, or None when no row matched."""
     where = [NODES_TABLE.c.name == node] + ([NODES_TABLE.c.state == UP] if only_if_up else [])
-    statement = update(NODES_TABLE).where(*where).values(values).returning(NODES_TABLE.c.generation)
-    return session.execute(statement).scalar_one_or_none()
+    statement = update(NODES_TABLE).where(*where).values(values).returning(NODES_TABLE.c.generation,
+                                                                           NODES_TABLE.c.kv_flush)
+    return session.execute(statement).one_or_none()
 
 
 def _replace_observed(session: Session, req: HeartbeatRequest, now: datetime) -> None:
@@ -153,5 +160,6 @@ def node_view(node: Node, now: datetime, engines: int) -> dict[str, Any]:
         "last_heartbeat_at": node.last_heartbeat_at.isoformat(),
         "heartbeat_age_s": round((now - node.last_heartbeat_at).total_seconds(), 1),
         "generation": node.generation, "applied_generation": node.applied_generation, "cut_off_s": node.cut_off_s,
-        "registered_at": node.registered_at.isoformat(),
+        "registered_at": node.registered_at.isoformat(), "kv_tiers": node.kv_tiers or [], "kv_flush": node.kv_flush,
+        "kv_flushed": node.kv_flushed,
     }

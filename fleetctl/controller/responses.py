@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleetctl.controller.contract import GatewayView, HeartbeatResponse, RegisterResponse, RoutingEngine, RoutingModel, RoutingTable
+from fleetctl.controller.kv_responses import KVFlushView, NodeTierView
 
 FlagValue = bool | int | float | str
 Changed = Literal["changed", "unchanged"]
@@ -60,6 +61,10 @@ class NodeView(ResponseModel):
     applied_generation: int = Field(description="the generation the agent last reported applied")
     cut_off_s: float | None = Field(description="seconds the agent was unreachable before its last beat")
     registered_at: str = Field(description="time of first registration")
+    kv_tiers: list[NodeTierView] = Field(default_factory=list,
+                                         description="its KV tiers, as its agent last reported them")
+    kv_flush: KVFlushView | None = Field(default=None, description="a flush of its KV tiers not yet carried out")
+    kv_flushed: KVFlushView | None = Field(default=None, description="the last flush of its KV tiers carried out")
 
 
 class DriftEntry(ResponseModel):
@@ -303,7 +308,7 @@ class FlagView(ResponseModel):
     default: FlagValue | None = Field(default=None, description="its value without an override")
     overridden: bool = Field(default=True, description="an override is in force (set, not expired)")
     known: bool = Field(default=True, description="a catalog flag; false: a stored key no flag names")
-    read_by: str | None = Field(default=None, description="who applies it: gateway or controller")
+    read_by: str | None = Field(default=None, description="who applies it: gateway, controller or agent")
     summary: str | None = Field(default=None, description="what it does when it is not its default")
     updated_at: str | None = Field(default=None, description="time of the last change of its override")
     updated_by: str | None = Field(default=None, description="the override's owner: token name of its last change")

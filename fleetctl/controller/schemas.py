@@ -49,6 +49,11 @@ class Body(BaseModel):
     reason: Reason = None
 
 
+class KVFlush(Body):
+    class_name: Name | None = Field(default=None, description="the class whose tiers to flush; omitted: every class's")
+    tier: Literal["dram", "disk"] | None = Field(default=None, description="one tier; omitted: both")
+
+
 class ClassApply(Body):
     name: Name
     spec: ReplicaClassSpec

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from agent.client import AgentApiError, AgentClient
 from agent.ports import free_port, port_is_free
@@ -219,6 +220,21 @@ def restart_controller(record: FleetRecord, heartbeat_interval_s: float = 2.0) -
     record.processes[record.processes.index(old)] = new
     record.save()
     wait_for(lambda: controller_up(record.controller_url), new, 60.0, "the controller to answer again")
+    return new
+
+
+def restart_agent(record: FleetRecord, node: str, stop_timeout_s: float = 60.0) -> ProcessInfo:
+    """Stop a node's agent (SIGTERM: it stops its engines) and start it again with the same command line (port,
+    engine ports, state dir), as an operator restarting the service would; fleet.json follows. What the agent
+    keeps across it is what it keeps on disk (its disk KV tier, its journal), not what it held in memory."""
+    old = next(p for p in record.processes if p.kind == "agent" and p.name == node)
+    argv = psutil.Process(old.pid).cmdline()  # whatever `up` chose for it
+    processes.stop_all([old], stop_timeout_s)
+    log_path = Path(old.log_path or Path(record.log_dir) / f"agent-{node}.log")
+    new = processes.start("agent", node, argv, log_path, seed_env(record), url=old.url)
+    record.processes[record.processes.index(old)] = new
+    record.save()
+    wait_for(lambda: agent_up(new.url or ""), new, 60.0, f"agent {node} to answer /health again")
     return new
 
 

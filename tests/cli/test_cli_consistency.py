@@ -30,6 +30,7 @@ READ = {
     "breakglass status", "breakglass divergence",
     "runbook list", "runbook show", "runbook validate",
     "pd status", "pd plan", "pd show", "pd list",
+    "kv status",
 }
 DESTRUCTIVE = {
     "node cordon", "node drain", "engine drain", "engine cordon", "deploy set", "deploy delete", "token revoke",
@@ -43,6 +44,7 @@ DESTRUCTIVE = {
     "runbook run",  # its steps drain, pin and shed (it confirms each step unless --yes)
     "pd rebalance",  # it drains engines and restarts them in another role
     "engine release",  # the gateways stop routing to an adopted engine
+    "kv flush",  # drops the node's cached KV blocks: prompts are computed again
 }
 OTHER = {
     "node uncordon", "engine uncordon", "class apply", "token create", "up", "controller migrate",

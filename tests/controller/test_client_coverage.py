@@ -254,6 +254,9 @@ def test_fleet_reads_and_drains_round_trip(checked: Checked) -> None:
     assert checked("operator", "cordon_node", NODE).cordoned is True
     assert checked("operator", "drain_node", NODE).draining is True
     assert checked("operator", "uncordon_node", NODE).result == "changed"
+    flush = checked("operator", "flush_node_kv", NODE, class_name="chat", tier="disk", reason="test").flush
+    assert (flush.id, flush.class_name, flush.tier) == (1, "chat", "disk")
+    assert checked("viewer", "get_node", NODE).kv_flush.id == 1
     assert "fleet_" in checked("viewer", "metrics")
     assert checked("viewer", "routing").engines[0].name == engine
     with EngineAnswers(SPEC["model"]) as outside:  # an engine fleetctl did not launch

@@ -11,7 +11,8 @@ from fleetctl.controller.models import Engine, Node
 
 def test_register_then_heartbeat_returns_assignment_and_generation(api: Api) -> None:
     assert register(api, "n1") == {"node": "n1", "heartbeat_interval_s": 5.0, "generation": 0}
-    assert beat(api, "n1") == {"generation": 0, "assignment": [], "heartbeat_interval_s": 5.0}
+    assert beat(api, "n1") == {"generation": 0, "assignment": [], "heartbeat_interval_s": 5.0,
+                              "kv": {"disk": True, "flush": None}}
     ref = apply_class(api)["ref"]
     deploy(api, "chat", ref, 2)
     api.reconcile()

@@ -27,6 +27,7 @@ WRITES: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("PUT", "/api/v1/flags/prefix_routing", {"value": "{bad}"}, "operator", "value"),
     ("POST", "/api/v1/nodes/n1/cordon", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/nodes/n1/uncordon", {"reason": "{bad}"}, "operator", "reason"),
+    ("POST", "/api/v1/nodes/n1/kv/flush", {"class_name": "{bad}"}, "operator", "class_name"),
     ("POST", "/api/v1/nodes/n1/drain", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/engines/chat-0/drain", {"reason": "{bad}"}, "operator", "reason"),
     ("POST", "/api/v1/engines/chat-0/cordon", {"reason": "{bad}"}, "operator", "reason"),

@@ -3,6 +3,7 @@
 - what it is: model, class revision, role, state, node, URL, pid, restarts, when it last reported;
 - sparklines of TTFT, ITL, queue (running + waiting) and KV usage over its last samples (ui/history.py);
 - live drift: each field it runs differently from its class revision (engine.drift);
+- its class's KV tiers on its node, when the class has any: each tier's use, blocks, hit rate, read time;
 - its class revision's fields, the correctness-tagged ones marked ● (they can change the tokens a request
   gets; fleetctl/replica_class.py), fetched once in a worker through the client and kept by the app;
 - the latest events about it (fleet.events whose subject names it).
@@ -26,7 +27,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Sparkline, Static
 
-from fleetctl.controller.responses import ClassRevisionView
+from fleetctl.controller.responses import ClassRevisionView, NodeView
 from fleetctl.controller.watch_contract import FleetEventView, WatchEngineView
 from fleetctl.errors import FleetError
 from fleetctl.replica_class import CORRECTNESS, ENGINE_ARGS, engine_arg_tag, field_tags
@@ -42,6 +43,7 @@ SPARKS = (("ttft", "TTFT", fmt.seconds), ("itl", "ITL", fmt.seconds), ("queue", 
 MARK = "●"  # a correctness-tagged field
 PERFORMANCE_MARK = "·"
 NARROW = 120  # below this many columns the class revision and the events stack
+MIB = 1 << 20
 
 
 @dataclass
@@ -73,6 +75,21 @@ def drift_text(engine: WatchEngineView) -> Text:
     text.append(f"drift: {len(engine.drift)} field(s) differ from {engine.class_ref}", style="bold")
     for entry in engine.drift:
         text.append(f"\n- {entry.field}: declared {entry.declared!r}, runs {entry.actual!r} ({entry.source})")
+    return text
+
+
+def tiers_text(node: NodeView | None, class_name: str) -> Text | None:
+    """The class's KV tiers on the engine's node, one line, or None when the node reports none for it."""
+    tiers = [t for t in (node.kv_tiers if node is not None else []) if t.class_name == class_name]
+    if not tiers:
+        return None
+    text = Text(f"KV tiers of {class_name} on {node.name}: ", style="bold")
+    for index, tier in enumerate(tiers):
+        if index:
+            text.append("  ·  ")
+        text.append(f"{tier.tier}{'' if tier.enabled else ' (off)'} ")
+        text.append(f"{tier.used_bytes / MIB:.0f}/{tier.capacity_bytes / MIB:.0f} MiB, {fmt.count(tier.blocks)} blocks, "
+                    f"hit {fmt.percent(tier.hit_rate)}, read {fmt.seconds(tier.mean_fetch_s)}")
     return text
 
 
@@ -135,6 +152,7 @@ class EngineScreen(BaseScreen):
                     yield Static(label, id=f"spark-label-{series}", classes="spark-label")
                     yield Sparkline([], id=f"spark-{series}", classes="spark")
             yield Static(id="engine-drift")
+            yield Static(id="engine-tiers")
             with Horizontal(id="engine-columns"):
                 yield Static(id="engine-class")
                 yield Static(id="engine-events")
@@ -167,6 +185,10 @@ class EngineScreen(BaseScreen):
         self._show_sparks()
         self.query_one("#engine-drift", Static).update(drift_text(engine))
         self.query_one("#engine-drift").set_class(bool(engine.drift), "-drifted")
+        tiers = tiers_text(self.fleet_app.fleet.get("node", engine.node), engine.class_ref.partition("@")[0])
+        panel = self.query_one("#engine-tiers", Static)
+        panel.display = tiers is not None
+        panel.update(tiers or "")
         if engine.class_ref != self._class_ref:
             self._class_ref = engine.class_ref
             self._show_class()

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from fleetctl.controller import nodes
+from fleetctl.controller import node_kv, nodes
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require
 from fleetctl.controller.auth import AGENT
 from fleetctl.controller.contract import HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse
@@ -42,16 +42,16 @@ async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
     cached = buffer.accept(body, now) if buffer is not None else None
     if cached is None:
         cached = await run_in_threadpool(beat_now, runtime, body, now)
-    return Response(reply_body(cached.generation, cached.assignment_json, runtime.settings.heartbeat_interval_s),
-                    media_type="application/json")
+    return Response(reply_body(cached, runtime.settings.heartbeat_interval_s), media_type="application/json")
 
 
 def beat_now(runtime: ControllerRuntime, body: HeartbeatRequest, now: datetime) -> CachedNode:
     """The synchronous path: this beat in its own transaction (the node was down, unknown, or write-behind is off)."""
     with runtime.store.session() as session:
         result = nodes.heartbeat(session, body, now)
+        disk = node_kv.disk_enabled(session, now)
     if result.came_back:
         runtime.wake()
     if runtime.heartbeats is not None:
         return runtime.heartbeats.remember(body, result, now)
-    return CachedNode.of(result)
+    return CachedNode.of(result, disk)

@@ -9,13 +9,14 @@ import httpx
 from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
-from fleetctl.controller import adoption, engine_cordon, nodes, routing_generation, views
+from fleetctl.controller import adoption, engine_cordon, node_kv, nodes, routing_generation, views
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
+from fleetctl.controller.kv_responses import KVFlushAccepted
 from fleetctl.controller.responses import EngineChange, EngineView, NodeChange, NodeDetail, NodeView
 from fleetctl.controller.runtime import ControllerRuntime
-from fleetctl.controller.schemas import Body, EngineAdopt
+from fleetctl.controller.schemas import Body, EngineAdopt, KVFlush
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
 read = [Depends(require(VIEWER))]
@@ -66,6 +67,19 @@ def node_drain(name: str, body: Body | None = None, change: Change = Depends(mut
     """Cordon, and mark every engine on the node drain=true: the agent drains and stops them; the
     reconciler places replacements elsewhere."""
     return _node_change(name, change, nodes.drain_node)
+
+
+@router.post("/nodes/{name}/kv/flush", name="node.kv_flush", response_model=KVFlushAccepted)
+def node_kv_flush(name: str, body: KVFlush, change: Change = Depends(mutation(OPERATOR))) -> dict[str, Any]:
+    """Drop the blocks of the node's KV tiers (a class's, or every class's; one tier, or both). The agent
+    carries it out on its next heartbeat and reports it done (the node's `kv_flushed`); until then it is
+    the node's `kv_flush`, and a second flush replaces it."""
+    runtime = change.runtime
+    with runtime.store.session() as session:
+        node = nodes.get_node(session, valid_name(name, "node"))
+        flush = node_kv.request_flush(node, body.class_name, body.tier, change.actor, change.reason, runtime.clock())
+        change.record(session, target=name, detail={"class": body.class_name, "tier": body.tier, "id": flush["id"]})
+    return {"node": name, "flush": flush}
 
 
 @router.get("/engines", name="engine.list", response_model=list[EngineView], dependencies=read)

@@ -27,6 +27,9 @@ class Node(Base):
     registered_at: Mapped[datetime]
     last_heartbeat_at: Mapped[datetime]
     cut_off_s: Mapped[float | None] = mapped_column(Float)  # what the agent said about its last outage
+    kv_tiers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # its latest TierReport rows
+    kv_flush: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a flush asked for, not yet done
+    kv_flushed: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the last one done: KVFlushDone + by, at
     generation: Mapped[int] = mapped_column(Integer, default=0)  # of the desired assignment
     applied_generation: Mapped[int] = mapped_column(Integer, default=0)  # last one the agent applied
 
