@@ -26,20 +26,21 @@ TierMedium = Literal["CPU", "STORAGE"]  # vLLM's KV-event vocabulary for where a
 class TierReport(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    class_name: ClassName = Field(description="the replica class whose tier this is")
-    tier: TierName
-    medium: TierMedium
+    class_name: ClassName = Field(description="the replica class whose tier this is (its engines on the node share it)")
+    tier: TierName = Field(description="dram | disk")
+    medium: TierMedium = Field(description="where vLLM's KV events say such a block is: CPU (dram) | STORAGE (disk)")
     enabled: bool = Field(description="false: configured but off (the disk tier under the kv_tier_disk flag)")
-    capacity_bytes: Count
-    used_bytes: Count
-    blocks: Count
+    capacity_bytes: Count = Field(description="the tier's size limit")
+    used_bytes: Count = Field(description="bytes of blocks held")
+    blocks: Count = Field(description="blocks held")
     hits: Count = Field(description="blocks found by fetches (counter)")
     misses: Count = Field(description="blocks asked for and not held (counter)")
     fetch_seconds_sum: NonNegative = Field(description="seconds the tier spent reading fetched blocks (counter)")
     fetches: Count = Field(description="fetches that read this tier (counter)")
     corrupt: Count = Field(default=0, description="blocks dropped for a bad checksum (counter)")
-    offloaded: Count = Field(default=0, description="blocks the class's engines offloaded to the node (counter)")
-    refused: Count = Field(default=0, description="offloaded blocks refused: bad layout or checksum (counter)")
+    offloaded: Count = Field(default=0, description="blocks the class's engines offloaded to the node, both tiers "
+                                                    "(counter)")
+    refused: Count = Field(default=0, description="offloaded blocks no tier took, both tiers (counter)")
 
     @property
     def hit_rate(self) -> float | None:

@@ -5,36 +5,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.contract.kv_tier_report import TierReport
+
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class NodeTierView(_Response):
-    class_name: str = Field(description="the replica class whose tier this is (a class's engines on a node share it)")
-    tier: str = Field(description="dram | disk")
-    medium: str = Field(description="where vLLM's KV events say the block is: CPU (dram) | STORAGE (disk)")
-    enabled: bool = Field(description="false: configured but off (the disk tier under the kv_tier_disk flag)")
-    capacity_bytes: int = Field(description="the tier's size limit")
-    used_bytes: int = Field(description="bytes of blocks held")
-    blocks: int = Field(description="blocks held")
-    hits: int = Field(description="blocks found by fetches, since the agent started")
-    misses: int = Field(description="blocks asked for and not held, since the agent started")
-    fetch_seconds_sum: float = Field(description="seconds the tier spent reading fetched blocks, since the agent "
-                                                 "started")
-    fetches: int = Field(description="fetches that read this tier, since the agent started")
-    corrupt: int = Field(default=0, description="blocks dropped for a bad checksum, since the agent started")
-    offloaded: int = Field(default=0, description="blocks the class's engines offloaded to the node (both tiers)")
-    refused: int = Field(default=0, description="offloaded blocks no tier took (both tiers)")
-
-    @property
-    def hit_rate(self) -> float | None:
-        looked = self.hits + self.misses
-        return self.hits / looked if looked else None
-
-    @property
-    def mean_fetch_s(self) -> float | None:
-        return self.fetch_seconds_sum / self.fetches if self.fetches else None
+class NodeTierView(TierReport):
+    """One tier as its node's agent last reported it; counters are since the agent started."""
 
 
 class KVFlushView(_Response):
