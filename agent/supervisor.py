@@ -47,7 +47,7 @@ from agent.launch import (LaunchError, PortBlock, backend_of, class_name_of, pla
 from agent.plan import Action, plan_actions
 from agent.ports import pick_port_block, port_is_free
 from agent.settings import AgentSettings
-from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, EngineState, LaunchedCommand, ReportedConfig
+from engine.contract import EngineAssignment, EngineMetrics, EngineObserved, LaunchedCommand, ReportedConfig
 from engine.contract.faults import FAULT_ENV
 from engine.contract.kv_tier import TIER_TOKEN_ENV
 from engine.contract.scrape import parse_engine_metrics
