@@ -40,6 +40,7 @@ from agent.kv_tiers.store import TIER_NAMES, TierStore
 from engine.contract.direct import bearer_problem, new_credential, write_atomically
 from engine.contract.kv_tier import (HASH_MAX, MEDIA_HEADER, TIER_FRAME_MEDIA_TYPE, TierFrameError, decode_tier_frame,
                                      encode_tier_frame, valid_layout)
+from engine.contract.kv_tier_report import TierReport
 
 if TYPE_CHECKING:
     from agent.runtime import Agent
@@ -147,8 +148,8 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
 
     @app.get("/kv/status")
     async def kv_status() -> dict[str, Any]:
-        rows = [{**row, "hit_rate": _ratio(row["hits"], row["hits"] + row["misses"]),
-                 "mean_fetch_s": _ratio(row["fetch_seconds_sum"], row["fetches"])} for row in tiers.reports()]
+        reports = [TierReport.model_validate(row) for row in tiers.reports()]
+        rows = [{**r.model_dump(), "hit_rate": r.hit_rate, "mean_fetch_s": r.mean_fetch_s} for r in reports]
         return {"node": node, "disk_enabled": tiers.disk_enabled, "tiers": rows}
 
     @app.post("/kv/flush")
@@ -162,10 +163,6 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
         log.warning("KV tier flush on node %s: class %s, tier %s", node, class_name or "all", tier or "all")
         dropped = {name: await asyncio.to_thread(store.flush, tier) for name, store in stores}
         return {"node": node, "dropped": dropped}
-
-
-def _ratio(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

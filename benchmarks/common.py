@@ -185,6 +185,17 @@ class Procs:
             self.stop(proc)
 
 
+def wait(probe: Any, timeout_s: float, what: str, every_s: float = 0.5) -> Any:
+    """Poll `probe` every `every_s` until it returns something truthy; that, or TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
 def wait_http(proc: Proc, path: str = "/health", timeout_s: float = 300.0, ok: Iterable[int] = (200,)) -> None:
     deadline = time.monotonic() + timeout_s
     codes = set(ok)

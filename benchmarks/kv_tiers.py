@@ -44,7 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import BlockText, histogram_quantile, log, metric_sum, percentile, print_table, reference_tokenizer_dir, scrape, write_json  # noqa: E402,E501
+from benchmarks.common import BlockText, histogram_quantile, log, metric_sum, percentile, print_table, reference_tokenizer_dir, scrape, wait, write_json  # noqa: E402,E501
 from benchmarks.rollout import measure_on_a_fleet  # noqa: E402
 from benchmarks.rollout_traffic import Req, Traffic, arrival_offsets, build_requests  # noqa: E402
 from fleetctl.client import ControllerClient  # noqa: E402
@@ -99,7 +99,7 @@ class Fleet:
         """Every deployment removed, and its engines gone."""
         for deployment in self.client.list_deployments():
             self.client.delete_deployment(deployment.name, reason="kv tier benchmark")
-        wait(lambda: not self.client.list_engines(), 300, "the engines to stop")
+        wait(lambda: not self.client.list_engines(), 300, "the engines to stop", every_s=1.0)
 
     def serve_only(self, class_ref: str) -> str:
         """One fresh engine of `class_ref` and nothing else; its URL once the gateway routes to it."""
@@ -111,7 +111,7 @@ class Fleet:
             engines = [e for e in self.client.list_engines() if e.class_ref == class_ref and e.state == "ready"]
             return engines[0].url if engines and self._routed(engines[0].name) else None
 
-        return wait(ready, 600, f"a ready engine of {class_ref}")
+        return wait(ready, 600, f"a ready engine of {class_ref}", every_s=1.0)
 
     def restart_agent(self, flush_class: str | None = None) -> None:
         """The node's agent restarted with no engine running; with `flush_class`, that class's tiers flushed
@@ -137,16 +137,6 @@ class Fleet:
 
     def tier_status(self) -> list[dict[str, Any]]:
         return httpx.get(f"{self.agent_url}/kv/status", timeout=10).json()["tiers"]
-
-
-def wait(probe: Any, timeout_s: float, what: str) -> Any:
-    """Poll `probe` each second until it returns something truthy; that, or TimeoutError naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := probe():
-            return value
-        time.sleep(1.0)
-    raise TimeoutError(f"no {what} in {timeout_s:.0f} s")
 
 
 def replay(fleet: Fleet, requests: list[Req], rps: float) -> list[Any]:

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, BlockText, load_mooncake, log, percentile, reference_tokenizer_dir, write_json  # noqa: E402
+from benchmarks.common import RESULTS, BlockText, load_mooncake, log, percentile, reference_tokenizer_dir, wait, write_json  # noqa: E402,E501
 from benchmarks.rollout import measure_on_a_fleet, traffic_summary  # noqa: E402
 from benchmarks.rollout_traffic import TRACE, Traffic, arrival_offsets, build_requests  # noqa: E402
 
@@ -51,16 +51,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heartbeat-s", type=float, default=1.0)
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
-
-
-def wait(probe: Any, timeout_s: float, what: str, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def rebalance(api: Any, model: str, prefill: int, decode: int, mixed: int | None,

@@ -78,9 +78,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import (  # noqa: E402
-    RESULTS, BlockText, log, percentile, print_table, reference_tokenizer_dir, write_json,
+    RESULTS, BlockText, log, percentile, print_table, reference_tokenizer_dir, wait, write_json,
 )
-from benchmarks.pd import flip_spans, rebalance, wait  # noqa: E402
+from benchmarks.pd import flip_spans, rebalance  # noqa: E402
 from benchmarks.rollout import measure_on_a_fleet  # noqa: E402
 from benchmarks.rollout_traffic import Req, Result, Traffic  # noqa: E402
 from fleetctl.errors import FleetError  # noqa: E402

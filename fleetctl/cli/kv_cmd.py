@@ -17,6 +17,7 @@ import typer
 
 from fleetctl.cli.context import ReasonOption, YesOption, client, confirm
 from fleetctl.cli.output import Column, Format, OutputOption, col, emit, status, to_plain
+from fleetctl.controller.responses import NodeTierView
 from fleetctl.errors import FleetError
 from fleetctl.replica_class import parse_ref
 
@@ -60,12 +61,10 @@ def tier_rows(nodes: Iterable[dict[str, Any]], engines: Iterable[dict[str, Any]]
         dropped[key] = dropped.get(key, 0) + (engine.get("metrics") or {}).get("kv_tier_offload_dropped", 0)
     rows = []
     for node in nodes:
-        for tier in node.get("kv_tiers") or []:
-            looked = tier["hits"] + tier["misses"]
-            rows.append({"node": node["name"], "node_state": node["state"], **tier,
-                         "hit_rate": tier["hits"] / looked if looked else None,
-                         "mean_fetch_s": tier["fetch_seconds_sum"] / tier["fetches"] if tier["fetches"] else None,
-                         "offload_dropped": int(dropped.get((node["name"], tier["class_name"]), 0))})
+        for tier in map(NodeTierView.model_validate, node.get("kv_tiers") or []):
+            rows.append({"node": node["name"], "node_state": node["state"], **tier.model_dump(),
+                         "hit_rate": tier.hit_rate, "mean_fetch_s": tier.mean_fetch_s,
+                         "offload_dropped": int(dropped.get((node["name"], tier.class_name), 0))})
     return rows
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fleetctl.client.endpoint import Request, endpoint, params_of, stream_endpoint
-from fleetctl.controller.kv_responses import KVFlushAccepted
 from fleetctl.controller.responses import (
     ClassApplied, ClassHistoryEntry, ClassRevisionView, ClassSummary, DeploymentDeleted, DeploymentSetResult,
     DeploymentView, EngineChange, EngineDrift, EngineView, FleetStatus, GatewayView, Health, HeartbeatResponse,
-    NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, WhoAmI,
+    KVFlushAccepted, NodeChange, NodeDetail, NodeView, RegisterResponse, RoutingTable, WhoAmI,
 )
 
 

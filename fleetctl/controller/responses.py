@@ -5,7 +5,7 @@ controller client (the fleetctl.client package) parses replies into them, so the
 
 Invariants:
 - Torch-free and free of the controller's runtime: this module imports only pydantic and the wire types of
-  `contract.py`, never `models`, `db` or `runtime`, so a client imports it without SQLAlchemy. The quality
+  `contract.py` and `engine.contract`, never `models`, `db` or `runtime`, so a client imports it without SQLAlchemy. The quality
   canary's answers are in canary_responses.py, the P:D API's in pd_responses.py, on the same terms.
 - A model's fields are the keys its view function builds (views.py, nodes.py, classes.py, ...), in the
   same order, so declaring the model leaves the JSON body as it is. Times are ISO 8601 strings, as sent.
@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.contract.kv_tier_report import TierReport
 from fleetctl.controller.contract import GatewayView, HeartbeatResponse, RegisterResponse, RoutingEngine, RoutingModel, RoutingTable
-from fleetctl.controller.kv_responses import KVFlushView, NodeTierView
 
 FlagValue = bool | int | float | str
 Changed = Literal["changed", "unchanged"]
@@ -43,6 +43,26 @@ class Health(ResponseModel):
 class NodeCapacity(ResponseModel):
     engines: int = Field(description="how many engines the node may run")
     kv_mib: int = Field(description="KV memory the node offers, MiB")
+
+
+class NodeTierView(TierReport):
+    """One KV tier of a node, as its agent last reported it; counters are since the agent started."""
+
+
+class KVFlushView(ResponseModel):
+    id: int = Field(description="the flush's number on its node")
+    class_name: str | None = Field(default=None, description="the class whose tiers it drops; null: every class's")
+    tier: str | None = Field(default=None, description="dram | disk; null: both")
+    by: str | None = Field(default=None, description="who asked for it")
+    reason: str | None = Field(default=None, description="why")
+    at: str | None = Field(default=None, description="when it was asked for")
+    dropped: dict[str, int] | None = Field(default=None, description="once done: blocks dropped, by class")
+    done_at: str | None = Field(default=None, description="once done: when the controller heard so")
+
+
+class KVFlushAccepted(ResponseModel):
+    node: str = Field(description="the node whose agent carries it out on its next heartbeat")
+    flush: KVFlushView = Field(description="the flush asked for (it replaces one not yet carried out)")
 
 
 class NodeView(ResponseModel):

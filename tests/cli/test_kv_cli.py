@@ -5,21 +5,19 @@ line and its exit code."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from cli_helpers import Fleet, ok, one_error_line
+from traffic_helpers import agent
 
 from agent.kv_tiers.control import TierControl
 from agent.kv_tiers.registry import TierRegistry
 from engine.contract.kv_tier import TierBlock, kv_layout_key
 from fleetctl.cli.exit_codes import ExitCode
 from fleetctl.cli.kv_cmd import tier_rows
-from fleetctl.client import ControllerClient
 
 LAYOUT = kv_layout_key(weights="tiny", weights_revision="main", dtype="float32", kv_cache_dtype="float32",
                        rope_scaling=None, block_size=4, block_shape=[2, 2, 4, 1, 8])
@@ -32,31 +30,9 @@ def tiers_with_blocks(root: Path) -> TierRegistry:
     return registry
 
 
-@contextmanager
-def agent_with_tiers(fleet: Fleet, node: str, registry: TierRegistry) -> Iterator[None]:
+def agent_with_tiers(fleet: Fleet, node: str, registry: TierRegistry) -> Any:
     """Real heartbeats carrying the registry's reports; each reply's `kv` applied by the agent's TierControl."""
-    stop = threading.Event()
-    control = TierControl(registry)
-    client = ControllerClient(fleet.server.url, fleet.tokens["agent"])
-    client.register_agent({"node": node, "url": f"http://{node}", "labels": {}, "capacity": {"engines": 1, "kv_mib": 1},
-                           "agent_version": "test"})
-
-    def loop() -> None:
-        generation = 0
-        while not stop.is_set():
-            reply = client.heartbeat({"node": node, "generation": generation, "engines": [], **control.beat_fields()})
-            generation = reply.generation
-            asyncio.run(control.apply(reply.kv))
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        client.close()
+    return agent(fleet, node, engines=1, tiers=TierControl(registry))
 
 
 def wait_reported(fleet: Fleet, node: str) -> None:

@@ -23,9 +23,10 @@ LONG_CONTEXT = {"max_model_len": 8192}  # a correctness difference from SPEC
 
 
 @contextmanager
-def agent(fleet: Fleet, node: str = "n1", engines: int = 4) -> Iterator[None]:
+def agent(fleet: Fleet, node: str = "n1", engines: int = 4, tiers: Any = None) -> Iterator[None]:
     """Heartbeats every 50 ms, reporting every assigned engine ready (drained ones gone, as an agent does
-    once it stopped them)."""
+    once it stopped them). `tiers`: the node's KV tiers as the agent has them (agent.kv_tiers.control
+    .TierControl), reported on each beat and given each reply's `kv`."""
     stop = threading.Event()
     client = ControllerClient(fleet.server.url, fleet.tokens["agent"])
     client.register_agent({"node": node, "url": f"http://{node}", "labels": {},
@@ -34,8 +35,12 @@ def agent(fleet: Fleet, node: str = "n1", engines: int = 4) -> Iterator[None]:
     def loop() -> None:
         generation, engines = 0, []
         while not stop.is_set():
-            reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None})
+            tier_fields = tiers.beat_fields() if tiers is not None else {}
+            reply = client.heartbeat({"node": node, "generation": generation, "engines": engines, "cut_off_s": None,
+                                      **tier_fields})
             generation = reply.generation
+            if tiers is not None:
+                asyncio.run(tiers.apply(reply.kv))
             engines = [{"name": a.name, "model": a.model, "class_ref": a.class_ref, "role": a.role,
                         "state": "ready", "url": "http://127.0.0.1:1", "metrics": {}}
                        for a in reply.assignment if not a.drain]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetctl.controller.kv_responses import NodeTierView
+from fleetctl.controller.responses import NodeTierView
 from fleetctl.controller.responses import NodeCapacity, NodeView
 from ui.screens.engine import tiers_text
 

@@ -13,8 +13,7 @@ from fleetctl.controller import adoption, engine_cordon, node_kv, nodes, routing
 from fleetctl.controller.api.deps import Change, get_runtime, mutation, require, valid_name
 from fleetctl.controller.audit import NOOP, OK
 from fleetctl.controller.auth import OPERATOR, VIEWER
-from fleetctl.controller.kv_responses import KVFlushAccepted
-from fleetctl.controller.responses import EngineChange, EngineView, NodeChange, NodeDetail, NodeView
+from fleetctl.controller.responses import EngineChange, EngineView, KVFlushAccepted, NodeChange, NodeDetail, NodeView
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.schemas import Body, EngineAdopt, KVFlush
 
