@@ -21,7 +21,8 @@ import torch
 
 from engine.contract.faults import Fault
 from engine.reference.config import EngineConfig
-from engine.reference.llm_engine import KVPushSink, LLMEngine
+from engine.reference.kv_sinks import KVPushSink
+from engine.reference.llm_engine import LLMEngine
 from engine.contract.outputs import IterationStats, RequestOutput, SchedulerStats, StepResult
 from engine.contract.sampling_params import SamplingParams
 

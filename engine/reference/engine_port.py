@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from engine.reference.llm_engine import KVPushSink, LLMEngine
+    from engine.reference.kv_sinks import KVPushSink
+    from engine.reference.llm_engine import LLMEngine
     from engine.contract.outputs import RequestOutput, SchedulerStats, StepResult
     from engine.contract.sampling_params import SamplingParams
 

@@ -1,7 +1,7 @@
 """P/D push extension, prefill side: each K/V block POSTed to the decode engine as soon as it is computed.
 
 When the prefill request's kv_transfer_params name `"push_to": "<decode engine base URL>"`, the engine core
-calls a `PushSender` (a KVPushSink) on its thread for every block it completes; the sender hands them to an
+calls a `PushSender` (a kv_sinks.KVPushSink) on its thread for every block it completes; the sender hands them to an
 asyncio task that POSTs frames (engine.reference.kv_wire) to `<push_to>/kv/push`. A failed push is not an
 error: the decode engine pulls whatever did not arrive.
 """

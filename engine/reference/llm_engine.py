@@ -16,14 +16,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from engine.contract.faults import Fault
 from engine.errors import ContextLengthExceeded, InvalidRequest
-from engine.reference.block_manager import BlockManager, EvictedBlock
+from engine.reference.block_manager import BlockManager
 from engine.reference.config import EngineConfig
+from engine.reference.kv_sinks import KVPushSink, KVTierSink
 from engine.reference.model_runner import ModelRunner
 from engine.reference.output_processor import OutputProcessor
 from engine.reference.planted_fault import numeric_config
@@ -42,25 +42,6 @@ from engine.reference.sequence import Sequence, SequenceStatus
 from engine.reference.weights import load_model_bundle
 
 log = logging.getLogger(__name__)
-
-
-class KVTierSink(Protocol):
-    """Takes blocks the pool evicts, for the node's KV tier (engine.reference.kv_tier_client). Called on the
-    engine thread, so it must not block: what it cannot take now it does not take."""
-
-    def room(self) -> int: ...  # blocks it would take now
-
-    def offer(self, blocks: list[EvictedBlock], kv: torch.Tensor) -> None: ...  # kv: [layers, 2, n, bs, h, d]
-
-    def skipped(self, count: int) -> None: ...  # evicted blocks it had no room for (counted as dropped)
-
-
-class KVPushSink(Protocol):
-    """Receives a prefill's K/V blocks as they are computed (called on the engine thread)."""
-
-    def push(self, logical_index: int, kv: torch.Tensor) -> None: ...  # kv: [layers, 2, 1, bs, h, d]
-
-    def done(self, num_tokens: int) -> None: ...
 
 
 @dataclass
