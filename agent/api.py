@@ -9,6 +9,7 @@
     POST /direct/rotate              break-glass: a new credential (the old one stops working at once)
     POST /kv/tiers/{class}/blocks    the node's engines: offload evicted blocks (a tier frame)
     POST /kv/tiers/{class}/fetch     the node's engines: the leading run of blocks held, {layout, hashes, tokens}
+    GET  /kv/tiers/{class}/events    the node's engines: what the tiers now hold, ?layout=&after=SEQ
     GET  /kv/status                  each class's tiers: size, use, hits, fetch time, corrupt blocks
     POST /kv/flush                   operator: drop the blocks of a class's tiers, {class?, tier?, reason}
 
@@ -41,6 +42,7 @@ from engine.contract.direct import bearer_problem, new_credential, write_atomica
 from engine.contract.kv_tier import (HASH_MAX, MEDIA_HEADER, TIER_FRAME_MEDIA_TYPE, TierFrameError, decode_tier_frame,
                                      encode_tier_frame, valid_layout)
 from engine.contract.kv_tier_report import TierReport
+from engine.kv_events import BlockStored, KVEvent
 
 if TYPE_CHECKING:
     from agent.runtime import Agent
@@ -146,6 +148,17 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
         frame = encode_tier_frame(layout, found.blocks)
         return Response(frame, media_type=TIER_FRAME_MEDIA_TYPE, headers={MEDIA_HEADER: ",".join(found.media)})
 
+    @app.get("/kv/tiers/{class_name}/events")
+    async def events(class_name: str, request: Request, layout: str = "", after: int = -1) -> dict[str, Any]:
+        """{"seq", "events": [[kind ("stored"|"removed"), hash, medium], ...], "snapshot": [[hash, [media]]]|null}"""
+        _authorize(request, tier_token())
+        store = store_of(class_name)
+        if not valid_layout(layout):
+            raise ApiError(422, "validation_failed", "layout: 16-64 lowercase hex digits", "layout")
+        page = await asyncio.to_thread(store.events_since, layout, after)
+        return {"seq": page.seq, "events": [_event_row(e) for e in page.events],
+                "snapshot": None if page.snapshot is None else [[h, m] for h, m in page.snapshot.items()]}
+
     @app.get("/kv/status")
     async def kv_status() -> dict[str, Any]:
         reports = [TierReport.model_validate(row) for row in tiers.reports()]
@@ -163,6 +176,11 @@ def kv_routes(app: FastAPI, tiers: TierRegistry, node: str, *, tier_token: Calla
         log.warning("KV tier flush on node %s: class %s, tier %s", node, class_name or "all", tier or "all")
         dropped = {name: await asyncio.to_thread(store.flush, tier) for name, store in stores}
         return {"node": node, "dropped": dropped}
+
+
+def _event_row(event: KVEvent) -> list[Any]:
+    kind = "stored" if isinstance(event, BlockStored) else "removed"
+    return [kind, event.block_hashes[0], event.medium]
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

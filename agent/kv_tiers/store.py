@@ -10,6 +10,14 @@ calls the store from worker threads (disk I/O stays off its event loop).
 The disk tier can be switched off at run time (the fleet flag `kv_tier_disk`): then DRAM's evictions are
 dropped, and fetches do not read disk; what disk holds stays there for when it is switched on again.
 
+Events. Every change of what a tier holds is a KV event in vLLM's vocabulary (`BlockStored`/`BlockRemoved`
+with medium "CPU" for DRAM, "STORAGE" for disk), numbered in one sequence per store and kept in a bounded log.
+The node's engines read it with `events_since(layout, after)` and publish the events of their own layout on
+their KV event streams, as vLLM's offloading connector does, so the gateway's index learns which engines can
+reach a block in a tier. A reader whose number fell out of the log (or is newer than the log: the agent
+restarted) gets a snapshot instead: every block of its layout with its tiers, to diff against what it
+announced.
+
 Counters and gauges per tier (`status`): bytes and blocks held, capacity, hits and misses (blocks), fetch
 seconds (sum and count, per tier that answered), blocks offloaded, offloads refused (a block larger than
 DRAM) and corrupt blocks found. The engine counts the offloads it dropped because the tier could not keep up;
@@ -18,8 +26,10 @@ those never reach the store.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +42,7 @@ from agent.kv_tiers.dram import DramTier
 
 Key = tuple[str, int]
 TIER_NAMES = ("dram", "disk")
+EVENT_LOG_SIZE = 16_384  # events kept for readers; one who falls further behind gets a snapshot
 
 
 @dataclass
@@ -73,12 +84,22 @@ class FetchResult:
     token_mismatches: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class TierEvent:
-    """A KV event of the tier, with the layout it is about (events themselves carry no layout)."""
+    """A KV event of the tier, numbered, with the layout it is about (events themselves carry no layout)."""
 
+    seq: int
     layout: str
     event: KVEvent
+
+
+@dataclass(frozen=True)
+class TierEventPage:
+    """What `events_since` answers: the layout's events after the reader's number, or a snapshot."""
+
+    seq: int  # the store's latest event number: the reader's `after` next time
+    events: list[KVEvent]  # in order; empty when `snapshot` is given
+    snapshot: dict[int, list[str]] | None = None  # block hash -> media holding it, every block of the layout
 
 
 @dataclass
@@ -98,7 +119,8 @@ class TierStore:
         self.counters = StoreCounters()
         self._clock = clock
         self._lock = threading.Lock()
-        self._events: list[TierEvent] = []
+        self._events: deque[TierEvent] = deque(maxlen=EVENT_LOG_SIZE)
+        self._event_seq = 0
 
     def open(self) -> RebuildReport | None:
         """Rebuild the disk tier's index from its files (None: no disk tier)."""
@@ -121,8 +143,15 @@ class TierStore:
                     self._removed(layout, block_hash, "disk")
 
     def set_disk_enabled(self, enabled: bool) -> None:
+        """Turn the disk tier off or on; its blocks leave (or come back to) the routers' view with it."""
         with self._lock:
-            self.disk_enabled = enabled and self.disk is not None
+            enabled = enabled and self.disk is not None
+            if enabled == self.disk_enabled:
+                return
+            self.disk_enabled = True  # so that the events below are recorded either way
+            for layout, block_hash in self.disk.keys() if self.disk is not None else []:
+                (self._stored if enabled else self._removed)(layout, block_hash, "disk")
+            self.disk_enabled = enabled
 
     # --- offload ---
 
@@ -198,8 +227,11 @@ class TierStore:
             return block, "dram", self._clock() - start
         if self.disk is None or not self.disk_enabled:
             return None
+        held = key in self.disk
         block = self.disk.get(key)
         if block is None:
+            if held:  # it failed its checksum and was deleted
+                self._removed(key[0], key[1], "disk")
             return None
         seconds = self._clock() - start
         self._put_dram(block)  # promoted; DRAM's victims go down to disk, where they usually already are
@@ -265,14 +297,38 @@ class TierStore:
 
     # --- events ---
 
-    def take_events(self) -> list[TierEvent]:
+    def events_since(self, layout: str, after: int) -> TierEventPage:
+        """The layout's events numbered after `after` (see the module doc; -1: a snapshot, for a new reader)."""
         with self._lock:
-            events, self._events = self._events, []
-        return events
+            oldest = self._events[0].seq if self._events else self._event_seq + 1
+            if after < oldest - 1 or after > self._event_seq:
+                return TierEventPage(self._event_seq, [], self._snapshot(layout))
+            start = after - oldest + 1  # numbers are consecutive in the log
+            events = [e.event for e in itertools.islice(self._events, start, None) if e.layout == layout]
+            return TierEventPage(self._event_seq, events)
+
+    def _snapshot(self, layout: str) -> dict[int, list[str]]:
+        held: dict[int, list[str]] = {}
+        for key_layout, block_hash in self.dram.keys():
+            if key_layout == layout:
+                held.setdefault(block_hash, []).append(TIER_MEDIA["dram"])
+        if self.disk is not None and self.disk_enabled:
+            for key_layout, block_hash in self.disk.keys():
+                if key_layout == layout:
+                    held.setdefault(block_hash, []).append(TIER_MEDIA["disk"])
+        return held
+
+    def _log(self, layout: str, event: KVEvent) -> None:
+        self._event_seq += 1
+        self._events.append(TierEvent(self._event_seq, layout, event))
 
     def _stored(self, layout: str, block_hash: int, tier: str) -> None:
-        self._events.append(TierEvent(layout, BlockStored(block_hashes=[block_hash], parent_block_hash=None,
-                                                          token_ids=[], block_size=0, medium=TIER_MEDIA[tier])))
+        if tier == "disk" and not self.disk_enabled:
+            return  # out of the routers' view while the disk tier is off
+        self._log(layout, BlockStored(block_hashes=[block_hash], parent_block_hash=None, token_ids=[], block_size=0,
+                                      medium=TIER_MEDIA[tier]))
 
     def _removed(self, layout: str, block_hash: int, tier: str) -> None:
-        self._events.append(TierEvent(layout, BlockRemoved(block_hashes=[block_hash], medium=TIER_MEDIA[tier])))
+        if tier == "disk" and not self.disk_enabled:
+            return
+        self._log(layout, BlockRemoved(block_hashes=[block_hash], medium=TIER_MEDIA[tier]))

@@ -66,6 +66,11 @@ class KVEventPublisher:
         if result.kv_events:
             self._queue.put(list(result.kv_events))
 
+    def publish(self, events: list[KVEvent]) -> None:
+        """Publish events that are not an engine step's (the node tier's, engine.reference.kv_tier_events)."""
+        if events:
+            self._queue.put(list(events))
+
     @property
     def published(self) -> int:
         """Batches sent so far (the next seq)."""

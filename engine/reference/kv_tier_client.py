@@ -274,7 +274,7 @@ class KVTierLink:
         assert config.kv_tier_url is not None
         self.engine = engine
         self.layout = engine_layout(config, engine.kv_block_shape, engine.kv_dtype)
-        token = os.environ.get(TIER_TOKEN_ENV) or None
+        token = self.token = os.environ.get(TIER_TOKEN_ENV) or None
         self.counters = TierCounters()
         self.offloader = TierOffloader(config.kv_tier_url, self.layout, token=token, counters=self.counters,
                                        max_queued_blocks=config.kv_tier_queue_blocks)
@@ -307,7 +307,7 @@ class KVTierLink:
                                       "tier, by the tier that held them (dram, disk).", labels=["tier"])
         for tier in ("dram", "disk"):
             fetched.add_metric([tier], c.fetched_by_medium.get(tier, 0))
-        seconds = SummaryMetricFamily("fleet_kv_tier_fetch_seconds", "Seconds from asking the tier to holding the "
+        seconds = SummaryMetricFamily(metric_names.KV_TIER_FETCH_SECONDS, "Seconds from asking the tier to holding the "
                                       "blocks, summed over fetches; the count is blocks, so sum/count is seconds "
                                       "per block. tier: the slowest tier a fetch read (disk if any block came "
                                       "from disk).", labels=["tier"])

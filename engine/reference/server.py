@@ -35,6 +35,7 @@ from engine.reference.config_report import effective_config
 from engine.reference.engine_port import EnginePort
 from engine.reference.kv_event_publisher import KVEventPublisher
 from engine.reference.kv_tier_client import KVTierLink
+from engine.reference.kv_tier_events import TierEventRelay
 from engine.reference.kv_transfer import KVTransfer
 from engine.reference.metrics import CacheInfo, EngineMetrics
 from engine.reference.server_generation import Generation
@@ -75,6 +76,10 @@ class Serving:
         self.tier = KVTierLink(engine, config, lambda: self.kv.client) if config.kv_tier_url else None
         if self.tier is not None:
             self.metrics.registry.register(self.tier)
+        self.tier_events = None  # the node tier's blocks on this engine's KV event stream
+        if self.tier is not None and self.publisher is not None:
+            self.tier_events = TierEventRelay(config.kv_tier_url, self.tier.layout, token=self.tier.token,
+                                              publish=self.publisher.publish, client=lambda: self.kv.client)
         self.lifecycle = Lifecycle(config.drain_grace_s, on_exit)
         engine.add_step_listener(self.metrics.on_step)
         if self.publisher is not None:
@@ -120,9 +125,13 @@ def build_app(engine: EnginePort, config: EngineConfig, on_exit: Callable[[], No
         await serving.kv.start()
         if serving.tier is not None:
             serving.tier.start()
+        if serving.tier_events is not None:
+            serving.tier_events.start()
         try:
             yield
         finally:
+            if serving.tier_events is not None:
+                await serving.tier_events.aclose()
             if serving.tier is not None:
                 await serving.tier.aclose()
             await serving.kv.aclose()

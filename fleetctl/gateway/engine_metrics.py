@@ -9,6 +9,10 @@ sums from which `derive_rates` computes, between two scrapes:
   overhead, not the throughput);
 - decode step time: d(inter-token latency sum) / d(count);
 - P/D transfers (reference engine, decode side): handoffs, seconds and bytes from fleet_kv_transfer_*.
+
+Node KV tiers (reference engine): fleet_kv_tier_fetch_seconds{tier} counts blocks, so its lifetime sum/count per
+tier is the engine's measured seconds per block fetched (`tier_fetch_s`), the price the scorer puts on a tier
+hit there.
 """
 
 from __future__ import annotations
@@ -38,6 +42,20 @@ class EngineSample:
     kv_transfer_seconds_sum: float = 0.0
     kv_transfer_count: float = 0.0
     kv_transfer_bytes_sum: float = 0.0
+    tier_fetch_dram_s: float = 0.0  # fleet_kv_tier_fetch_seconds{tier="dram"}: sum, and count (blocks)
+    tier_fetch_dram_blocks: float = 0.0
+    tier_fetch_disk_s: float = 0.0
+    tier_fetch_disk_blocks: float = 0.0
+
+    @property
+    def tier_fetch_s(self) -> tuple[tuple[str, float], ...]:
+        """Measured seconds per block fetched, by medium (CPU: the DRAM tier, STORAGE: disk); only those measured."""
+        measured = []
+        for medium, seconds, blocks in (("CPU", self.tier_fetch_dram_s, self.tier_fetch_dram_blocks),
+                                        ("STORAGE", self.tier_fetch_disk_s, self.tier_fetch_disk_blocks)):
+            if blocks > 0:
+                measured.append((medium, seconds / blocks))
+        return tuple(measured)
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -65,6 +83,12 @@ _SUMMED = {
     "fleet_kv_transfer_seconds_count": "kv_transfer_count",
     "fleet_kv_transfer_bytes_sum": "kv_transfer_bytes_sum",
 }
+_TIER_FETCH = {  # (series, tier label) -> field
+    (m.KV_TIER_FETCH_SECONDS + "_sum", "dram"): "tier_fetch_dram_s",
+    (m.KV_TIER_FETCH_SECONDS + "_count", "dram"): "tier_fetch_dram_blocks",
+    (m.KV_TIER_FETCH_SECONDS + "_sum", "disk"): "tier_fetch_disk_s",
+    (m.KV_TIER_FETCH_SECONDS + "_count", "disk"): "tier_fetch_disk_blocks",
+}
 
 
 def parse_engine_metrics(text: str) -> EngineSample:
@@ -85,6 +109,10 @@ def parse_engine_metrics(text: str) -> EngineSample:
             usage.append(value)
         elif name == m.CACHE_CONFIG_INFO and not info:
             info = parse_labels(labels)
+        elif name.startswith(m.KV_TIER_FETCH_SECONDS):
+            tier_field = _TIER_FETCH.get((name, parse_labels(labels).get("tier")))
+            if tier_field is not None:
+                sums[tier_field] = sums.get(tier_field, 0.0) + value
     return EngineSample(
         num_running=int(sums.pop("num_running", 0)),
         num_waiting=int(sums.pop("num_waiting", 0)),

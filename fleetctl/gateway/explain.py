@@ -47,6 +47,7 @@ def ranked_rows(ranked: list[RankedEngine], stage: str, prepared: Prepared, serv
         rows.append({
             "rank": rank, "stage": stage, "engine": r.engine_id, "role": route.role, "url": route.url,
             "score": round(r.score, 6), "cached_blocks": r.cached_blocks,
+            "tier_blocks": dict(r.tier_blocks), "tier_fetch_s": round(r.fetch_s, 6),
             "predicted_prefill_s": round(r.predicted_prefill_s, 6), "recent_share": round(r.recent_share, 4),
             "hot_spot_damped": r.hot_spot_damped, "sticky": r.sticky, "reason": r.reason,
             "prefix_hashes": service.hash_checks.status(r.engine_id),

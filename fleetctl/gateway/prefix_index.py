@@ -9,7 +9,8 @@ Invariants and choices:
 - Per engine, a block is held while at least one medium ("GPU", "CPU" for offloaded blocks, ...) holds
   it: `BlockRemoved(medium="GPU")` of a block that was also offloaded to "CPU" keeps it indexed.
   A missing medium counts as "GPU", vLLM's default.
-- `AllBlocksCleared` from an engine removes only that engine's blocks.
+- `AllBlocksCleared` from an engine removes only what that engine's own memory held: the engine reset its
+  prefix cache, not its node's tiers, whose blocks it still reaches (and whose events it still relays).
 - Bounded memory: each engine holds at most `max_blocks_per_engine` hashes (default 131,072: more blocks
   than an 80 GB GPU holds for an 8B model at 16 tokens a block). Past the cap the least recently used
   hash of that engine is forgotten. "Used" means stored, or `touch`ed by the gateway when it routes a
@@ -21,6 +22,12 @@ Invariants and choices:
 - Forgetting is safer than remembering wrongly only in part: a stale "held" entry self-corrects (the engine
   recomputes the block and stores it again), a forgotten one silently costs locality. So an unrecoverable
   gap keeps what the index has (`allow_gap=True`) rather than clearing the engine.
+
+Where a block is held matters to the price of a hit: `prefix_hits` splits an engine's leading run into the
+blocks its own memory holds ("GPU") and, after the first one it does not, the blocks only a node tier holds
+("CPU", the node's DRAM; "STORAGE", its disk; other names are folded as Dynamo's router folds them, see
+`tier_of`). That is how an engine uses them: its prefix cache takes the leading run in memory, then fetches the
+run that follows from the tier; the first block in neither ends what it can reuse.
 
 Plain data, no I/O, no clock: the live gateway and the simulator share it.
 """
@@ -37,6 +44,47 @@ from engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventB
 EngineId = str
 DEFAULT_MAX_BLOCKS_PER_ENGINE = 131_072
 DEFAULT_MEDIUM = "GPU"
+TIER_MEDIA = ("CPU", "STORAGE", "EXTERNAL")  # cheapest first: the tier a block is fetched from when several hold it
+_MEDIUM_ALIASES = {"DEVICE": "GPU", "CPU_PINNED": "CPU", "CPU_TIER1": "CPU", "CPU_TIER2": "STORAGE",
+                   "DISK": "STORAGE", "NVME": "STORAGE", "NETWORK": "EXTERNAL", "REMOTE": "EXTERNAL",
+                   "SHARED": "EXTERNAL", "SHARED_STORAGE": "EXTERNAL"}
+
+
+def tier_of(medium: str) -> str:
+    """A medium name as one of GPU, CPU, STORAGE, EXTERNAL (Dynamo kv-router's StorageTier::from_kv_medium
+    aliases; an unknown name is taken as EXTERNAL, the dearest: better to under-price a hit than to count on it)."""
+    name = medium.upper()
+    if name in ("GPU", *TIER_MEDIA):
+        return name
+    return _MEDIUM_ALIASES.get(name, "EXTERNAL")
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """An engine's leading run of a request's blocks, by where the engine will find them."""
+
+    memory_blocks: int = 0  # the leading blocks its own memory holds
+    tier_blocks: tuple[tuple[str, int], ...] = ()  # then, (medium, blocks) of the run only a node tier holds
+
+    @property
+    def blocks(self) -> int:
+        return self.memory_blocks + sum(n for _, n in self.tier_blocks)
+
+    def with_memory(self, blocks: int) -> PrefixHit:
+        """This hit when memory is known to hold at least `blocks` leading blocks (a prefix routed there and still
+        in flight). The tier blocks it covers are taken from the cheapest tier first: what is left is priced at
+        its dearest."""
+        if blocks <= self.memory_blocks:
+            return self
+        if blocks >= self.blocks:
+            return PrefixHit(blocks)
+        covered, left = blocks - self.memory_blocks, []
+        for medium, count in self.tier_blocks:
+            taken = min(count, covered)
+            covered -= taken
+            if count > taken:
+                left.append((medium, count - taken))
+        return PrefixHit(blocks, tuple(left))
 
 
 class SeqCheck(Enum):
@@ -107,6 +155,28 @@ class PrefixIndex:
             matched[engine] = len(block_hashes)
         return matched
 
+    def prefix_hits(self, block_hashes: Sequence[int], engine_ids: Iterable[EngineId]) -> dict[EngineId, PrefixHit]:
+        """For each engine with a hit: its leading run split into memory blocks and then tier blocks (module doc)."""
+        hits = {}
+        for engine, run in self.longest_prefix(block_hashes, engine_ids).items():
+            if run:
+                hits[engine] = self._split_run(self._blocks[engine], block_hashes[:run])
+        return hits
+
+    @staticmethod
+    def _split_run(blocks: OrderedDict[int, set[str]], run: Sequence[int]) -> PrefixHit:
+        memory = 0
+        while memory < len(run) and "GPU" in {tier_of(m) for m in blocks[run[memory]]}:
+            memory += 1
+        counts: dict[str, int] = {}
+        for block_hash in run[memory:]:
+            tiers = {tier_of(m) for m in blocks[block_hash]}
+            cheapest = next((t for t in TIER_MEDIA if t in tiers), None)
+            if cheapest is None:
+                break  # held only in engine memory after a gap: the engine cannot reach it
+            counts[cheapest] = counts.get(cheapest, 0) + 1
+        return PrefixHit(memory, tuple((t, counts[t]) for t in TIER_MEDIA if t in counts))
+
     # --- updates ---
 
     def apply_batch(
@@ -135,7 +205,7 @@ class PrefixIndex:
         elif isinstance(event, BlockRemoved):
             self._remove(engine, event.block_hashes, event.medium or DEFAULT_MEDIUM)
         elif isinstance(event, AllBlocksCleared):
-            self._clear(engine)
+            self._clear_memory(engine)
 
     def touch(self, engine: EngineId, block_hashes: Iterable[int]) -> None:
         """Mark blocks as recently used on an engine (the gateway routed a request that re-uses them)."""
@@ -179,6 +249,16 @@ class PrefixIndex:
             if media is None:
                 continue  # never seen, or already evicted by the cap
             media.discard(medium)
+            if not media:
+                del blocks[block_hash]
+                self._forget_holder(block_hash, engine)
+
+    def _clear_memory(self, engine: EngineId) -> None:
+        blocks = self._blocks.get(engine)
+        if blocks is None:
+            return
+        for block_hash, media in list(blocks.items()):
+            media -= {m for m in media if tier_of(m) == "GPU"}
             if not media:
                 del blocks[block_hash]
                 self._forget_holder(block_hash, engine)

@@ -110,7 +110,7 @@ def plan_route(
     if mode == PD:
         prefill = rank_engines(replace(request, roles=frozenset({"prefill"})), snapshot, policy)
         decode_request = RouteRequest((), request.num_prompt_tokens, None, class_ref, frozenset({"decode"}))
-        no_locality = [replace(v, cached_blocks=0) for v in snapshot.engines]  # decode K/V comes from prefill
+        no_locality = [replace(v, cached_blocks=0, tier_blocks=()) for v in snapshot.engines]  # decode K/V comes from prefill
         decode = rank_engines(decode_request, RoutingSnapshot(no_locality), policy)
         loads = [c.load for c in healthy if c.view.role in ("prefill", "decode")]
         return RoutePlan(class_ref, PD, prefill, decode, None, _admit(request, max_tokens, loads, slo))

@@ -11,8 +11,16 @@ of predicted time to first token (higher is better, so the terms are negated cos
           - kv_full_penalty_s * kv_pressure**2            preemption risk as KV fills
 
     saved_s     = min(cached_blocks * block_size, num_prompt_tokens) / prefill_tokens_per_s
-    work_s      = (queued_prefill_tokens + num_prompt_tokens) / prefill_tokens_per_s
+    work_s      = (queued_prefill_tokens + num_prompt_tokens) / prefill_tokens_per_s + fetch_s
     kv_pressure = max(0, kv_cache_usage - kv_soft_limit) / (1 - kv_soft_limit)      (0..1)
+
+Blocks held only in a node tier (`tier_blocks`: the node's DRAM "CPU", its disk "STORAGE") count in saved_s
+like blocks in memory, and their fetch time, `fetch_s` = sum of blocks x the engine's measured seconds per block
+of that tier (`tier_fetch_s`; the policy's defaults until it has fetched any), is added to work_s. So a tier
+hit is worth locality_weight x its recompute time less its fetch time: memory beats DRAM beats disk at equal
+load, and a tier too slow to beat recomputing (fetch > locality_weight x recompute) loses to an engine that
+recomputes. The fetch counts once, not twice, because it delays only this request: the engine computes others
+while the blocks arrive.
 
 With both weights at 1 the first two terms are minus the predicted prefill time, (queued + uncached) /
 throughput, so the weights read as "how much is a second of saved prefill worth against a second of queue".
@@ -66,6 +74,13 @@ class EngineView:
     cached_blocks: int  # leading blocks of THIS request held (PrefixIndex.longest_prefix)
     recent_share: float  # recent fraction of this model's traffic routed here (0..1)
     block_size: int = 16
+    # of cached_blocks, those the engine will fetch from its node's tiers, by medium (PrefixHit.tier_blocks)
+    tier_blocks: tuple[tuple[str, int], ...] = ()
+    tier_fetch_s: tuple[tuple[str, float], ...] = ()  # measured seconds per block fetched, by medium
+
+    @property
+    def memory_blocks(self) -> int:
+        return self.cached_blocks - sum(n for _, n in self.tier_blocks)
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,9 @@ class ScorerPolicy:
     hot_spot_damping: float = 0.0  # multiplier of a hot spot's locality bonus
     session_margin_s: float = 0.25  # a session keeps its engine when within this of the best score
     default_prefill_tokens_per_s: float = 2000.0  # when an engine has no throughput estimate yet
+    # seconds to fetch one block from a node tier, until the engine has measured its own (benchmarks/kv_tiers.py
+    # measured 4.9 ms per block from disk on the reference engine; DRAM is the same HTTP fetch without the read)
+    default_tier_fetch_s: tuple[tuple[str, float], ...] = (("CPU", 0.002), ("STORAGE", 0.005), ("EXTERNAL", 0.02))
 
 
 @dataclass(frozen=True)
@@ -96,10 +114,12 @@ class RankedEngine:
     score: float
     reason: str  # e.g. "12/14 blocks cached, 3 waiting, 1 running, kv 41%, prefill ~0.35s, hot-spot damped"
     cached_blocks: int
-    predicted_prefill_s: float  # (queued + uncached prompt tokens) / throughput
+    predicted_prefill_s: float  # (queued + uncached prompt tokens) / throughput + tier fetch time
     hot_spot_damped: bool
     recent_share: float
     sticky: bool = False
+    tier_blocks: tuple[tuple[str, int], ...] = ()
+    fetch_s: float = 0.0  # predicted time to fetch tier_blocks
 
 
 def rank_engines(request: RouteRequest, snapshot: RoutingSnapshot, policy: ScorerPolicy) -> list[RankedEngine]:
@@ -132,7 +152,8 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
     throughput = engine.prefill_tokens_per_s if engine.prefill_tokens_per_s > 0 else policy.default_prefill_tokens_per_s
     cached_tokens = min(engine.cached_blocks * engine.block_size, request.num_prompt_tokens)
     saved_s = cached_tokens / throughput
-    work_s = (engine.queued_prefill_tokens + request.num_prompt_tokens) / throughput
+    fetch_s = tier_fetch_seconds(engine, policy)
+    work_s = (engine.queued_prefill_tokens + request.num_prompt_tokens) / throughput + fetch_s
     damped = engine.cached_blocks > 0 and engine.recent_share > hot_share
     locality = policy.locality_weight * (policy.hot_spot_damping if damped else 1.0) * saved_s
     kv_penalty = policy.kv_full_penalty_s * kv_pressure(engine.kv_cache_usage, policy.kv_soft_limit) ** 2
@@ -152,7 +173,21 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
         predicted_prefill_s=predicted_prefill_s,
         hot_spot_damped=damped,
         recent_share=engine.recent_share,
+        tier_blocks=engine.tier_blocks,
+        fetch_s=fetch_s,
     )
+
+
+def tier_fetch_seconds(engine: EngineView, policy: ScorerPolicy) -> float:
+    """Predicted seconds to fetch the engine's tier blocks: measured cost per block, else the policy's default."""
+    measured, defaults = dict(engine.tier_fetch_s), dict(policy.default_tier_fetch_s)
+    cost = 0.0
+    for medium, blocks in engine.tier_blocks:
+        per_block = measured.get(medium)
+        if per_block is None or per_block < 0:
+            per_block = defaults.get(medium, defaults.get("EXTERNAL", 0.0))
+        cost += blocks * per_block
+    return cost
 
 
 def kv_pressure(usage: float, soft_limit: float) -> float:
@@ -163,8 +198,11 @@ def kv_pressure(usage: float, soft_limit: float) -> float:
 
 
 def describe(request: RouteRequest, engine: EngineView, prefill_s: float, damped: bool, kv_tight: bool) -> str:
+    held = f"{engine.cached_blocks}/{len(request.block_hashes)} blocks cached"
+    if engine.tier_blocks:
+        held += " (" + ", ".join(f"{n} in {medium}" for medium, n in engine.tier_blocks) + " tier)"
     parts = [
-        f"{engine.cached_blocks}/{len(request.block_hashes)} blocks cached",
+        held,
         f"{engine.num_waiting} waiting",
         f"{engine.num_running} running",
         f"kv {engine.kv_cache_usage:.0%}",

@@ -35,7 +35,7 @@ from fleetctl.gateway.errors import BadRequest, InvalidRoute, ModelNotFound, NoR
 from fleetctl.gateway.hash_check import HashChecks
 from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
-from fleetctl.gateway.prefix_index import PrefixIndex
+from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex
 from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_model
 from fleetctl.gateway.probes import EngineProber
 from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
@@ -306,15 +306,15 @@ class GatewayService:
     def _candidates(self, routes: dict[str, EngineRoute], spec: ReplicaClassSpec, hashes: list[int],
                     estimates: Estimates) -> dict[str, Candidate]:
         names = [n for n in routes if n in self.engines]
-        cached = self.index.longest_prefix(hashes, names) if hashes else {}
-        if hashes:  # prefixes routed here and still in flight count as held before their KV events arrive
+        hits = self.index.prefix_hits(hashes, names) if hashes else {}
+        if hashes:  # prefixes routed here and still in flight count as held in memory before their KV events arrive
             for name in names:
-                cached[name] = max(cached.get(name, 0), self.engines[name].inflight_prefix(hashes))
+                hits[name] = hits.get(name, PrefixHit()).with_memory(self.engines[name].inflight_prefix(hashes))
         shares = self.shares.shares(names)
         result = {}
         for name in names:
             route, live = routes[name], self.engines[name]
-            view = engine_view(route, live, spec, cached.get(name, 0), shares[name], estimates)
+            view = engine_view(route, live, spec, hits.get(name, PrefixHit()), shares[name], estimates)
             result[name] = Candidate(view, engine_load(route, live, spec, estimates))
         return result
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fleetctl.gateway.admission import EngineLoad, RunningDecode
 from fleetctl.gateway.engine_state import EngineLive
+from fleetctl.gateway.prefix_index import PrefixHit
 from fleetctl.gateway.routing_table import EngineRoute
 from fleetctl.gateway.scorer import EngineView
 from fleetctl.replica_class import ReplicaClassSpec
@@ -32,7 +33,7 @@ class Estimates:
     others_remaining_tokens: int = 128
 
 
-def engine_view(route: EngineRoute, live: EngineLive, spec: ReplicaClassSpec, cached_blocks: int,
+def engine_view(route: EngineRoute, live: EngineLive, spec: ReplicaClassSpec, hit: PrefixHit,
                 recent_share: float, estimates: Estimates) -> EngineView:
     return EngineView(
         engine_id=route.name,
@@ -44,9 +45,11 @@ def engine_view(route: EngineRoute, live: EngineLive, spec: ReplicaClassSpec, ca
         kv_cache_usage=live.kv_cache_usage,
         queued_prefill_tokens=queued_prefill_tokens(live, estimates),
         prefill_tokens_per_s=estimates.prefill_tokens_per_s,
-        cached_blocks=cached_blocks,
+        cached_blocks=hit.blocks,
         recent_share=recent_share,
         block_size=block_size_of(live, spec),
+        tier_blocks=hit.tier_blocks,
+        tier_fetch_s=live.sample.tier_fetch_s if live.sample is not None else (),
     )
 
 

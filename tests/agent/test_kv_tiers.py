@@ -17,6 +17,12 @@ LAYOUT = kv_layout_key(weights="tiny", weights_revision="main", dtype="float32",
                        rope_scaling=None, block_size=4, block_shape=[2, 2, 4, 1, 8])
 
 
+def events(store: TierStore, after: int = 0) -> list:
+    page = store.events_since(LAYOUT, after)
+    assert page.snapshot is None
+    return page.events
+
+
 def block(n: int, size: int = 100, layout: str = LAYOUT) -> TierBlock:
     payload = bytes((n + i) % 256 for i in range(size))
     return TierBlock.make(layout, n, (n, n + 1, n + 2, n + 3), payload)
@@ -103,7 +109,7 @@ def test_dram_evictions_go_to_disk_and_a_disk_hit_comes_back_to_dram(tmp_path):
     got = store.fetch(LAYOUT, [1], [block(1).token_ids])
     assert got.media == ["disk"] and got.blocks == [block(1)]
     assert store.holds(LAYOUT, [1, 2, 3]) == ["dram", "disk", "dram"]  # promoted; 2, least recent, went down
-    media = {(type(e.event).__name__, e.event.medium, e.event.block_hashes[0]) for e in store.take_events()}
+    media = {(type(e).__name__, e.medium, e.block_hashes[0]) for e in events(store)}
     assert ("BlockStored", "STORAGE", 1) in media and ("BlockRemoved", "CPU", 1) in media
     assert ("BlockStored", "CPU", 1) in media  # promoted back
 
@@ -188,7 +194,7 @@ def test_flush_one_tier(tmp_path):
     assert store.flush("disk") == {"disk": 1}
     assert store.holds(LAYOUT, [2]) == ["dram"] and store.holds(LAYOUT, [1]) == []
     assert store.flush() == {"dram": 1, "disk": 0}
-    removed = [e.event for e in store.take_events() if isinstance(e.event, BlockRemoved)]
+    removed = [e for e in events(store) if isinstance(e, BlockRemoved)]
     assert {(e.medium, e.block_hashes[0]) for e in removed} >= {("STORAGE", 1), ("CPU", 2)}
 
 
@@ -207,5 +213,54 @@ def test_hit_rate_and_fetch_time_are_counted_per_tier(tmp_path):
 def test_stored_events_name_the_tier_in_vllms_vocabulary():
     store = TierStore(dram_bytes=10_000)
     store.offload([block(5)])
-    (event,) = [e.event for e in store.take_events()]
+    (event,) = events(store)
     assert isinstance(event, BlockStored) and event.medium == "CPU" and event.block_hashes == [5]
+
+
+def test_a_reader_follows_the_event_log_by_number_and_only_sees_its_layout(tmp_path):
+    other = kv_layout_key(weights="tiny", weights_revision="main", dtype="float32", kv_cache_dtype="float16",
+                          rope_scaling=None, block_size=4, block_shape=[2, 2, 4, 1, 4])
+    store = TierStore(dram_bytes=10_000)
+    first = store.events_since(LAYOUT, -1)  # a new reader: a snapshot of nothing
+    assert first.snapshot == {} and first.seq == 0
+    store.offload([block(1), block(2, layout=other)])
+    page = store.events_since(LAYOUT, first.seq)
+    assert page.snapshot is None and [e.block_hashes for e in page.events] == [[1]] and page.seq == 2
+    assert store.events_since(LAYOUT, page.seq).events == []
+
+
+def test_a_reader_that_fell_out_of_the_log_or_is_ahead_of_it_gets_a_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr("agent.kv_tiers.store.EVENT_LOG_SIZE", 10)
+    store = TierStore(dram_bytes=250, disk_root=tmp_path, disk_bytes=10_000)
+    store.open()
+    store.offload([block(n) for n in range(1, 5)])  # 4 blocks into 250 bytes of DRAM: two go down to disk
+    assert store.events_since(LAYOUT, 0).snapshot is None
+    store.offload([block(5)])  # more events than the log keeps
+    page = store.events_since(LAYOUT, 0)
+    assert page.snapshot is not None and page.events == []
+    assert page.snapshot == {h: [m] for h, m in zip(range(1, 6), ["STORAGE", "STORAGE", "STORAGE", "CPU", "CPU"])}
+    assert store.events_since(LAYOUT, page.seq + 10).snapshot == page.snapshot  # the agent restarted under it
+
+
+def test_switching_the_disk_tier_off_and_on_removes_and_restores_its_blocks_for_readers(tmp_path):
+    store = TierStore(dram_bytes=150, disk_root=tmp_path, disk_bytes=10_000)
+    store.open()
+    store.offload([block(1), block(2)])  # 1 on disk
+    seq = store.events_since(LAYOUT, -1).seq
+    store.set_disk_enabled(False)
+    page = store.events_since(LAYOUT, seq)
+    assert [(type(e).__name__, e.medium, e.block_hashes) for e in page.events] == [("BlockRemoved", "STORAGE", [1])]
+    assert store.events_since(LAYOUT, -1).snapshot == {2: ["CPU"]}
+    store.set_disk_enabled(True)
+    assert [(type(e).__name__, e.medium) for e in store.events_since(LAYOUT, page.seq).events] == [("BlockStored", "STORAGE")]
+
+
+def test_a_corrupt_disk_block_leaves_the_readers_view(tmp_path):
+    store = TierStore(dram_bytes=150, disk_root=tmp_path, disk_bytes=10_000)
+    store.open()
+    store.offload([block(1), block(2)])  # 1 on disk
+    path = store.disk.path_of((LAYOUT, 1))
+    path.write_bytes(path.read_bytes()[:-1] + b"\x00")
+    seq = store.events_since(LAYOUT, -1).seq
+    assert store.fetch(LAYOUT, [1], [block(1).token_ids]).blocks == []
+    assert [(type(e).__name__, e.medium) for e in store.events_since(LAYOUT, seq).events] == [("BlockRemoved", "STORAGE")]

@@ -17,12 +17,16 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 import uvicorn
+import zmq
 from fastapi import FastAPI
 
 from agent.api import kv_routes
 from agent.kv_tiers.registry import TierRegistry
 from agent.ports import free_port
 from engine.contract.kv_tier import TIER_TOKEN_ENV
+from engine.hashing import block_hashes_int64
+from engine.kv_events import decode_batch
+from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex
 
 if TYPE_CHECKING:
     from conftest import EngineProcess
@@ -130,6 +134,41 @@ def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_fr
         fresh.stop()
     finally:
         restarted.stop()
+
+
+def test_the_engines_event_stream_says_which_blocks_its_nodes_tier_holds(launch_engine, host, free_port):
+    """The engine relays its tier's events on its KV event stream, so a gateway's index sees a tier hit there."""
+    events_endpoint = f"tcp://127.0.0.1:{free_port()}"
+    engine = launch_engine("--num-blocks-override", "24", "--kv-tier-url", f"{host.url}/kv/tiers/dram-class",
+                           "--kv-events-endpoint", events_endpoint, env={TIER_TOKEN_ENV: TOKEN})
+    context = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(events_endpoint)
+    index, seq = PrefixIndex(), 0
+
+    def tier_hit() -> PrefixHit:
+        nonlocal seq
+        while sub.poll(0):
+            index.apply_batch("e", seq, decode_batch(sub.recv_multipart()[-1]), allow_gap=True)
+            seq += 1
+        return index.prefix_hits(block_hashes_int64(TARGET)[:9], ["e"]).get("e", PrefixHit())
+
+    try:
+        time.sleep(1.0)  # ZMQ's slow joiner: let the subscription reach the engine before the events we need
+        greedy_tokens(engine, TARGET)
+        wait_until(lambda: tier_hit().memory_blocks == 9, timeout_s=10)
+        for filler in FILLERS:  # the target's blocks leave the engine's pool for the node's DRAM tier
+            greedy_tokens(engine, filler)
+        wait_until(lambda: tier_hit() == PrefixHit(0, (("CPU", 9),)))
+        flushed = httpx.post(f"{host.url}/kv/flush", json={"class": "dram-class", "tier": "dram"},
+                             headers={"authorization": f"Bearer {ADMIN}"})
+        assert flushed.status_code == 200
+        wait_until(lambda: tier_hit().blocks == 0)  # and gone from the index when the tier drops them
+    finally:
+        sub.close(linger=0)
+        context.term()
+        engine.stop()
 
 
 def test_bad_credentials_and_bodies_are_refused_naming_the_field(tier_root):

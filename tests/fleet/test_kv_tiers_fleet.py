@@ -43,6 +43,15 @@ def tier_blocks(api, node: str, class_name: str, tier: str) -> int:
     return rows[0].blocks if rows else -1
 
 
+def tier_candidate(record, engine: str) -> dict | None:
+    """The engine's row in the gateway's explanation of TARGET, once it counts blocks in the node's DRAM tier."""
+    body = {"model": record.served_model, "prompt": TARGET, "max_tokens": 8}
+    answer = httpx.post(f"{record.gateway_url}/fleet/route/explain", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    row = next((c for c in answer.json()["candidates"] if c["engine"] == engine), None)
+    return row if row is not None and row["tier_blocks"].get("CPU") else None
+
+
 def test_a_tiered_class_is_reported_served_from_its_tier_and_flushed(tiny_fleet) -> None:
     wait_until(lambda: converged(tiny_fleet, replicas=2), 120, "2 ready engines")
     with controller(tiny_fleet) as api:
@@ -57,6 +66,9 @@ def test_a_tiered_class_is_reported_served_from_its_tier_and_flushed(tiny_fleet)
         for filler in FILLERS:  # 3 x 9 blocks through a 24-block pool: the target's blocks are evicted
             greedy(engine.url, filler)
         wait_until(lambda: tier_blocks(api, engine.node, name, "dram") >= 9, 60, "the tier's report on the node")
+        explained = wait_until(lambda: tier_candidate(tiny_fleet, engine.name), 30, "the gateway to see the tier hit")
+        assert explained["tier_blocks"]["CPU"] >= 8 and explained["tier_fetch_s"] > 0
+        assert "in CPU tier" in explained["reason"]
         assert greedy(engine.url, TARGET) == cold
         samples = parse_samples(httpx.get(f"{engine.url}/metrics", timeout=10).text)
         assert sum_series(samples, "fleet_kv_tier_fetched_blocks_total") >= 9

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from engine.hashing import block_hashes_int64
 from engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
-from fleetctl.gateway.prefix_index import PrefixIndex, SeqCheck
+from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex, SeqCheck, tier_of
 
 PROMPT = list(range(1000, 1000 + 16 * 6))  # six full blocks
 HASHES = block_hashes_int64(PROMPT)
@@ -48,6 +48,15 @@ def test_all_blocks_cleared_removes_only_that_engines_blocks():
     index.apply_event("a", AllBlocksCleared())
     assert index.longest_prefix(HASHES) == {"a": 0, "b": 2}
     assert index.num_blocks("a") == 0
+
+
+def test_all_blocks_cleared_leaves_the_blocks_a_node_tier_holds():
+    index = PrefixIndex()
+    index.apply_event("a", stored(HASHES[:4]))
+    index.apply_event("a", stored(HASHES[:2], medium="CPU"))
+    index.apply_event("a", AllBlocksCleared())  # the engine reset its own prefix cache, not its node's tier
+    assert index.prefix_hits(HASHES, ["a"])["a"] == PrefixHit(0, (("CPU", 2),))
+    assert index.num_blocks("a") == 2
 
 
 def test_a_block_stays_while_any_medium_holds_it():
@@ -130,3 +139,34 @@ def test_longest_prefix_matches_a_plain_model(ops, request_hashes):
         return count
 
     assert index.longest_prefix(request_hashes, ["a", "b", "c"]) == {e: leading(h) for e, h in model.items()}
+
+
+def test_prefix_hits_split_memory_then_the_cheapest_tier_holding_each_block():
+    index = PrefixIndex()
+    index.apply_event("a", stored(HASHES[:2]))  # memory holds blocks 0-1
+    index.apply_event("a", stored(HASHES[:4], medium="CPU"))  # DRAM tier holds 0-3
+    index.apply_event("a", stored(HASHES[3:5], medium="STORAGE"))  # disk holds 3-4 (3 is also in DRAM)
+    index.apply_event("b", stored(HASHES[:3], medium="DISK"))  # Dynamo's alias for the disk tier
+    index.apply_event("c", stored(HASHES[:6]))
+
+    hits = index.prefix_hits(HASHES, ["a", "b", "c", "none"])
+
+    assert hits["a"] == PrefixHit(2, (("CPU", 2), ("STORAGE", 1)))
+    assert hits["a"].blocks == 5
+    assert hits["b"] == PrefixHit(0, (("STORAGE", 3),))
+    assert hits["c"] == PrefixHit(6, ())
+    assert "none" not in hits
+
+
+def test_a_block_only_in_memory_after_a_tier_run_ends_the_run():
+    index = PrefixIndex()
+    index.apply_event("a", stored([HASHES[0], HASHES[2]]))  # memory: 0 and 2, not 1
+    index.apply_event("a", stored([HASHES[1]], medium="CPU"))
+    # the engine takes 0 from memory and fetches 1; block 2 is not in a tier, so its fetch stops there, and its
+    # own cache cannot use block 2 after a block it loaded from elsewhere: the reusable run is two blocks
+    assert index.prefix_hits(HASHES, ["a"])["a"] == PrefixHit(1, (("CPU", 1),))
+
+
+def test_medium_names_fold_as_dynamos_router_folds_them():
+    assert [tier_of(m) for m in ("GPU", "device", "CPU_PINNED", "cpu", "NVME", "STORAGE", "SHARED", "weird")] == [
+        "GPU", "GPU", "CPU", "CPU", "STORAGE", "STORAGE", "EXTERNAL", "EXTERNAL"]

@@ -167,3 +167,75 @@ def test_hot_spot_guard_bounds_the_busiest_engines_share(n, prefix_blocks, throu
 def test_without_the_guard_one_engine_takes_everything():
     counts = simulate(4, 14, 20_000.0, 0.5, spread=False, policy=replace(POLICY, hot_spot_factor=float("inf")))
     assert counts[0] == sum(counts)
+
+
+# --- node KV tiers: a tier hit is priced by its measured fetch time ---
+
+RECOMPUTE_S_PER_BLOCK = 16 / 2000.0  # engine()'s throughput
+
+
+def test_memory_beats_dram_beats_disk_beats_recompute_at_equal_load():
+    snapshot = RoutingSnapshot([
+        engine("none"),
+        engine("disk", cached_blocks=12, tier_blocks=(("STORAGE", 12),)),
+        engine("dram", cached_blocks=12, tier_blocks=(("CPU", 12),)),
+        engine("memory", cached_blocks=12),
+    ])
+    ranked = rank_engines(REQUEST, snapshot, POLICY)
+    assert order(ranked) == ["memory", "dram", "disk", "none"]
+    disk = ranked[2]
+    assert disk.tier_blocks == (("STORAGE", 12),) and disk.fetch_s == 12 * dict(POLICY.default_tier_fetch_s)["STORAGE"]
+    assert "12/14 blocks cached (12 in STORAGE tier)" in disk.reason
+
+
+def test_a_tier_hit_beats_recomputing_only_when_its_measured_fetch_cost_says_so():
+    def ranked_with(disk_s_per_block: float) -> list[str]:
+        tiered = engine("tiered", cached_blocks=12, tier_blocks=(("STORAGE", 12),),
+                        tier_fetch_s=(("STORAGE", disk_s_per_block),))
+        return order(rank_engines(REQUEST, RoutingSnapshot([tiered, engine("cold")]), POLICY))
+
+    cheap = 0.5 * RECOMPUTE_S_PER_BLOCK  # measured: fetching a block takes half the time computing it does
+    dear = 1.1 * POLICY.locality_weight * RECOMPUTE_S_PER_BLOCK  # more than the hit is worth
+    assert ranked_with(cheap) == ["tiered", "cold"]
+    assert ranked_with(dear) == ["cold", "tiered"]
+
+
+def test_a_partly_tiered_run_pays_only_for_the_tier_blocks():
+    view = engine("a", cached_blocks=10, tier_blocks=(("CPU", 4), ("STORAGE", 2)),
+                  tier_fetch_s=(("CPU", 0.001),))  # DRAM measured; disk not yet: the default
+    (ranked,) = rank_engines(REQUEST, RoutingSnapshot([view]), POLICY)
+    assert view.memory_blocks == 4
+    assert abs(ranked.fetch_s - (4 * 0.001 + 2 * dict(POLICY.default_tier_fetch_s)["STORAGE"])) < 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    blocks=st.integers(1, 14),
+    cpu_s=st.floats(0.0, 0.05), extra_s=st.floats(0.0, 0.05),
+    load=st.integers(0, 5), throughput=st.floats(200.0, 20_000.0),
+)
+def test_at_equal_load_memory_ranks_above_a_cheaper_tier_above_a_dearer_one(blocks, cpu_s, extra_s, load, throughput):
+    costs = (("CPU", cpu_s), ("STORAGE", cpu_s + extra_s))
+    common = dict(cached_blocks=blocks, num_waiting=load, prefill_tokens_per_s=throughput, tier_fetch_s=costs)
+    snapshot = RoutingSnapshot([
+        engine("c-storage", tier_blocks=(("STORAGE", blocks),), **common),
+        engine("b-cpu", tier_blocks=(("CPU", blocks),), **common),
+        engine("a-memory", **common),
+    ])
+    scores = {r.engine_id: r.score for r in rank_engines(REQUEST, snapshot, POLICY)}
+    assert scores["a-memory"] >= scores["b-cpu"] >= scores["c-storage"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(blocks=st.integers(1, 14), per_block_s=st.floats(0.0, 0.1), throughput=st.floats(200.0, 20_000.0))
+def test_a_tier_hit_outranks_recompute_exactly_when_locality_outweighs_its_fetch(blocks, per_block_s, throughput):
+    tiered = engine("tiered", cached_blocks=blocks, tier_blocks=(("CPU", blocks),), prefill_tokens_per_s=throughput,
+                    tier_fetch_s=(("CPU", per_block_s),))
+    cold = engine("cold", prefill_tokens_per_s=throughput)
+    saved = min(blocks * 16, REQUEST.num_prompt_tokens) / throughput
+    worth = POLICY.locality_weight * saved - blocks * per_block_s
+    first = rank_engines(REQUEST, RoutingSnapshot([cold, tiered]), POLICY)[0].engine_id
+    if worth > 1e-9:
+        assert first == "tiered"
+    elif worth < -1e-9:
+        assert first == "cold"
