@@ -56,6 +56,9 @@ REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
 KV_TIER_OFFLOADED_BLOCKS = "fleet_kv_tier_offloaded_blocks"
 KV_TIER_OFFLOAD_DROPPED_BLOCKS = "fleet_kv_tier_offload_dropped_blocks"  # + reason in {queue_full, send_failed}
 KV_TIER_FETCH_SECONDS = "fleet_kv_tier_fetch_seconds"  # summary, tier in {dram, disk}; count is blocks
+KV_TIER_PEER_FETCHED_BLOCKS = "fleet_kv_tier_peer_fetched_blocks"  # + source (node); cross-node fetches
+KV_TIER_PEER_FETCH_SECONDS = "fleet_kv_tier_peer_fetch_seconds"  # summary + source; count is blocks
+KV_TIER_PEER_FETCH_FAILURES = "fleet_kv_tier_peer_fetch_failures"  # + source
 
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]

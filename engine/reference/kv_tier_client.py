@@ -273,15 +273,45 @@ class KVTierLink:
     def __init__(self, engine: EnginePort, config: EngineConfig, client: Callable[[], httpx.AsyncClient]):
         assert config.kv_tier_url is not None
         self.engine = engine
+        self.config = config
+        self._client = client
         self.layout = engine_layout(config, engine.kv_block_shape, engine.kv_dtype)
         token = self.token = os.environ.get(TIER_TOKEN_ENV) or None
         self.counters = TierCounters()
         self.offloader = TierOffloader(config.kv_tier_url, self.layout, token=token, counters=self.counters,
                                        max_queued_blocks=config.kv_tier_queue_blocks)
-        self.fetcher = TierFetcher(config.kv_tier_url, self.layout, token=token, block_size=config.block_size,
-                                   hash_seed=config.hash_seed, kv_dtype=engine.kv_dtype,
-                                   block_shape=engine.kv_block_shape, cached_prefix_blocks=engine.cached_prefix_blocks,
-                                   client=client, timeout_s=config.kv_tier_timeout_s, counters=self.counters)
+        self.fetcher = self._fetcher(config.kv_tier_url, token, self.counters)
+        self.peer_counters: dict[str, TierCounters] = {}  # by the source node of cross-node fetches
+        self._peer_token = config.api_key  # peers' /kv/tier/fetch takes the fleet's engine key, as P/D does
+
+    def _fetcher(self, url: str, token: str | None, counters: TierCounters) -> TierFetcher:
+        engine, config = self.engine, self.config
+        return TierFetcher(url, self.layout, token=token, block_size=config.block_size, hash_seed=config.hash_seed,
+                           kv_dtype=engine.kv_dtype, block_shape=engine.kv_block_shape,
+                           cached_prefix_blocks=engine.cached_prefix_blocks, client=self._client,
+                           timeout_s=config.kv_tier_timeout_s, counters=counters)
+
+    async def acquire(self, prompt_ids: Sequence[int], peer: tuple[str, str] | None = None) -> ExternalKV | None:
+        """The prompt's blocks after the engine's own: from the peer the gateway named (kv_tier_peer), else, or
+        when the peer fails, from the node's tier; None: compute them."""
+        if peer is not None:
+            url, node = peer
+            counters = self.peer_counters.setdefault(node, TierCounters())
+            external = await self._fetcher(f"{url}/kv/tier", self._peer_token, counters).acquire(prompt_ids)
+            if external is not None:
+                return external
+        return await self.fetcher.acquire(prompt_ids)
+
+    async def serve_peer(self, body: bytes) -> tuple[int, bytes, str]:
+        """A peer's fetch, read from this node's tier: (status, tier frame or error body, media header)."""
+        headers = {"content-type": "application/json", **self.fetcher._auth}
+        try:
+            response = await self._client().post(f"{self.fetcher.url}/fetch", content=body, headers=headers,
+                                                 timeout=self.config.kv_tier_timeout_s)
+        except httpx.HTTPError as exc:
+            log.info("KV tier fetch for a peer failed: %r", exc)
+            return 502, b'{"error": {"message": "the node tier did not answer", "type": "BadGateway"}}', ""
+        return response.status_code, response.content, response.headers.get(MEDIA_HEADER, "")
 
     def start(self) -> None:
         self.engine.submit(lambda core: core.set_tier_sink(self.offloader)).result()
@@ -317,4 +347,22 @@ class KVTierLink:
         failures = CounterMetricFamily("fleet_kv_tier_fetch_failures", "Tier fetches that failed (the prompt was "
                                        "computed).")
         failures.add_metric([], c.fetch_failures)
-        return [offloaded, dropped, fetched, seconds, failures]
+        return [offloaded, dropped, fetched, seconds, failures, *self._peer_families()]
+
+    def _peer_families(self):
+        from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
+
+        fetched = CounterMetricFamily(metric_names.KV_TIER_PEER_FETCHED_BLOCKS, "Prompt blocks loaded from another "
+                                      "node's tier through an engine there, by that node.", labels=["source"])
+        seconds = SummaryMetricFamily(metric_names.KV_TIER_PEER_FETCH_SECONDS, "Seconds of the cross-node fetches "
+                                      "that returned blocks, by source node; the count is blocks.",
+                                      labels=["source"])
+        failures = CounterMetricFamily(metric_names.KV_TIER_PEER_FETCH_FAILURES, "Cross-node fetches that failed "
+                                       "(refused, corrupt, timed out); the engine went on without them.",
+                                       labels=["source"])
+        for node, c in sorted(self.peer_counters.items()):
+            fetched.add_metric([node], c.fetched)
+            seconds.add_metric([node], count_value=sum(c.fetch_blocks.values()),
+                               sum_value=sum(c.fetch_seconds.values()))
+            failures.add_metric([node], c.fetch_failures)
+        return [fetched, seconds, failures]

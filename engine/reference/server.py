@@ -36,6 +36,7 @@ from engine.reference.engine_port import EnginePort
 from engine.reference.kv_event_publisher import KVEventPublisher
 from engine.reference.kv_tier_client import KVTierLink
 from engine.reference.kv_tier_events import TierEventRelay
+from engine.reference.kv_tier_peer import peer_router
 from engine.reference.kv_transfer import KVTransfer
 from engine.reference.metrics import CacheInfo, EngineMetrics
 from engine.reference.server_generation import Generation
@@ -146,6 +147,8 @@ def build_app(engine: EnginePort, config: EngineConfig, on_exit: Callable[[], No
     refuse_while_draining = Depends(serving.lifecycle.refuse_while_draining)
     app.include_router(_openai_router(serving), dependencies=[Depends(auth), refuse_while_draining])
     app.include_router(serving.kv.router(auth))
+    if serving.tier is not None:
+        app.include_router(peer_router(serving.tier, auth))
     app.include_router(_admin_router(serving, auth))
     return app
 

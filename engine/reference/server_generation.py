@@ -33,6 +33,7 @@ from engine import protocol
 from engine.errors import EngineError
 from engine.protocol import ChatCompletionRequest, CompletionRequest, LogprobFormatter, ResponseHeader
 from engine.reference.kv_push import PushSender
+from engine.reference.kv_tier_peer import peer_source
 from engine.contract.faults import RESPONSE_EXTENSION
 from engine.contract.outputs import RequestOutput
 from engine.contract.sampling_params import SamplingParams
@@ -150,7 +151,7 @@ class Generation:
         if body.remote_prefill:
             external = await kv.acquire(body.kv_transfer_params, self.prompt_ids)
         elif self.serving.tier is not None:
-            external = await self.serving.tier.fetcher.acquire(self.prompt_ids)
+            external = await self.serving.tier.acquire(self.prompt_ids, peer_source(body.kv_transfer_params))
         else:
             external = None
         if external is not None:

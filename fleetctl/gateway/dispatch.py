@@ -107,6 +107,15 @@ def route_reason(chosen: RankedEngine, attempt: int, ranked: list[RankedEngine])
     return "load"
 
 
+def engine_body(prepared: Prepared, route: EngineRoute, body: dict[str, Any]) -> dict[str, Any]:
+    """The body for a whole request on `route`: the client's, plus the peer to fetch K/V blocks from when the
+    cross-node plan chose to fetch for this engine (a retry on another engine goes without it)."""
+    plan = prepared.peer_fetch
+    if plan is None or not plan.fetch or plan.engine != route.name:
+        return body
+    return {**body, "kv_transfer_params": plan.kv_transfer_params}
+
+
 class Dispatcher:
     def __init__(self, service: GatewayService):
         self.service = service
@@ -165,7 +174,8 @@ class Dispatcher:
 
     async def open_whole_stream(self, ctx: RequestContext, prepared: Prepared, request: ClientRequest) -> StreamStart:
         async def send(route: EngineRoute, ticket: InFlight) -> tuple[SSEReader, list[SSEEvent]]:
-            return await self.open_until_first_token(route, ticket, request.path, request.body, ctx)
+            return await self.open_until_first_token(route, ticket, request.path, engine_body(prepared, route,
+                                                                                               request.body), ctx)
 
         sent = await self.try_engines(ctx, prepared, prepared.plan.candidates, "whole-request", prepared.max_tokens, send)
         ctx.served_by = f"{prepared.class_ref} {sent.route.name}"
@@ -174,7 +184,7 @@ class Dispatcher:
 
     async def complete_whole(self, ctx: RequestContext, prepared: Prepared, request: ClientRequest) -> Sent[dict[str, Any]]:
         async def send(route: EngineRoute, ticket: InFlight) -> dict[str, Any]:
-            return await self.post(route, request.path, request.body, ctx)
+            return await self.post(route, request.path, engine_body(prepared, route, request.body), ctx)
 
         sent = await self.try_engines(ctx, prepared, prepared.plan.candidates, "whole-request", prepared.max_tokens, send)
         ctx.served_by = f"{prepared.class_ref} {sent.route.name}"

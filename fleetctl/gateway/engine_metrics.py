@@ -46,6 +46,16 @@ class EngineSample:
     tier_fetch_dram_blocks: float = 0.0
     tier_fetch_disk_s: float = 0.0
     tier_fetch_disk_blocks: float = 0.0
+    # cross-node fetches, by source node: (node, blocks, seconds) from fleet_kv_tier_peer_fetch_seconds{source}
+    peer_fetches: tuple[tuple[str, float, float], ...] = ()
+
+    def peer_links(self) -> dict[str, tuple[float, float]]:
+        """Source node -> (bytes, seconds) of this engine's cross-node fetches from it (bytes from the block size
+        in bytes); empty when the pool size is unknown."""
+        block_bytes = self.kv_bytes_per_block
+        if block_bytes is None:
+            return {}
+        return {node: (blocks * block_bytes, seconds) for node, blocks, seconds in self.peer_fetches}
 
     @property
     def tier_fetch_s(self) -> tuple[tuple[str, float], ...]:
@@ -83,6 +93,7 @@ _SUMMED = {
     "fleet_kv_transfer_seconds_count": "kv_transfer_count",
     "fleet_kv_transfer_bytes_sum": "kv_transfer_bytes_sum",
 }
+_PEER_FETCH = {m.KV_TIER_PEER_FETCH_SECONDS + "_count": 0, m.KV_TIER_PEER_FETCH_SECONDS + "_sum": 1}
 _TIER_FETCH = {  # (series, tier label) -> field
     (m.KV_TIER_FETCH_SECONDS + "_sum", "dram"): "tier_fetch_dram_s",
     (m.KV_TIER_FETCH_SECONDS + "_count", "dram"): "tier_fetch_dram_blocks",
@@ -101,6 +112,7 @@ def parse_engine_metrics(text: str) -> EngineSample:
     sums: dict[str, float] = {}
     usage: list[float] = []
     info: dict[str, str] = {}
+    peer: dict[str, list[float]] = {}  # source node -> [blocks, seconds]
     for name, labels, value in sample_lines(text):
         field_name = _SUMMED.get(name)
         if field_name is not None:
@@ -113,6 +125,9 @@ def parse_engine_metrics(text: str) -> EngineSample:
             tier_field = _TIER_FETCH.get((name, parse_labels(labels).get("tier")))
             if tier_field is not None:
                 sums[tier_field] = sums.get(tier_field, 0.0) + value
+        elif name in _PEER_FETCH:
+            source = parse_labels(labels).get("source", "")
+            peer.setdefault(source, [0.0, 0.0])[_PEER_FETCH[name]] += value
     return EngineSample(
         num_running=int(sums.pop("num_running", 0)),
         num_waiting=int(sums.pop("num_waiting", 0)),
@@ -120,6 +135,7 @@ def parse_engine_metrics(text: str) -> EngineSample:
         block_size=_int(info.get("block_size")),
         num_gpu_blocks=_int(info.get("num_gpu_blocks")),
         kv_cache_mib=_float(info.get("kv_cache_mib")),
+        peer_fetches=tuple((node, blocks, seconds) for node, (blocks, seconds) in sorted(peer.items())),
         **sums,
     )
 

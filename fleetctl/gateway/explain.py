@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetctl.gateway.cross_node import CrossNodeFetch
 from fleetctl.gateway.router import PD
 from fleetctl.gateway.scorer import RankedEngine
 from fleetctl.gateway.service import GatewayService, Prepared
@@ -36,8 +37,16 @@ def explain_body(prepared: Prepared, service: GatewayService) -> dict[str, Any]:
         "admission": None if admission is None else {
             "admit": admission.admit, "reason": admission.reason, "retry_after_s": admission.retry_after_s,
         },
+        "cross_node": None if prepared.peer_fetch is None else cross_node_row(prepared.peer_fetch),
         "table_age_s": service.cache.age_s(),
     }
+
+
+def cross_node_row(plan: CrossNodeFetch) -> dict[str, Any]:
+    return {"engine": plan.engine, "fetch": plan.fetch, "peer": plan.peer, "peer_node": plan.peer_node,
+            "blocks": plan.blocks, "gain_blocks": plan.gain_blocks, "with_s": round(plan.with_s, 6),
+            "without_s": round(plan.without_s, 6), "bandwidth_bytes_per_s": round(plan.bandwidth_bytes_per_s),
+            "measured": plan.measured, "reason": plan.reason}
 
 
 def ranked_rows(ranked: list[RankedEngine], stage: str, prepared: Prepared, service: GatewayService) -> list[dict[str, Any]]:

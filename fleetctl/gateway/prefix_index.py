@@ -163,6 +163,17 @@ class PrefixIndex:
                 hits[engine] = self._split_run(self._blocks[engine], block_hashes[:run])
         return hits
 
+    def node_tier_run(self, block_hashes: Sequence[int], engine: EngineId) -> int:
+        """How many leading blocks the engine's node tier holds (DRAM or disk): what a peer can fetch from it."""
+        blocks = self._blocks.get(engine, {})
+        run = 0
+        for block_hash in block_hashes:
+            media = blocks.get(block_hash)
+            if media is None or not {tier_of(m) for m in media} & {"CPU", "STORAGE"}:
+                break
+            run += 1
+        return run
+
     @staticmethod
     def _split_run(blocks: OrderedDict[int, set[str]], run: Sequence[int]) -> PrefixHit:
         memory = 0

@@ -6,7 +6,9 @@ are made here (types and ranges, stream_options without stream, top_logprobs wit
 above max_tokens); features a particular engine lacks are refused by that engine, and its 4xx is passed on.
 
 The body is forwarded as the client sent it (vLLM-only fields included); the gateway changes only what
-P/D needs (engine.protocol's models drop fields they do not know, so they are never re-serialised).
+P/D and cross-node KV fetch need (engine.protocol's models drop fields they do not know, so they are never
+re-serialised). A client's own `kv_transfer_params` is dropped: it is the gateway's word to its engines (where
+to pull K/V from, which peer to fetch blocks from), and an engine follows it with the fleet's engine key.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def decode_json(raw: bytes) -> dict[str, Any]:
 
 def parse_request(kind: str, raw: bytes) -> ClientRequest:
     body = decode_json(raw)
+    body.pop("kv_transfer_params", None)  # the gateway's to set (module doc)
     model_type = ChatCompletionRequest if kind == CHAT else CompletionRequest
     try:
         parsed = model_type.model_validate(body)

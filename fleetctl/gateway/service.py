@@ -28,6 +28,8 @@ from fleetctl.errors import FleetError
 from fleetctl.flag_catalog import value_of
 from fleetctl.gateway.admission import ModelSLO
 from fleetctl.gateway.class_choice import choose_class, fits, fleet_pin
+from fleetctl.gateway.cross_node import (CrossNodeFetch, LocalCosts, PeerFetchPolicy, PeerOffer, link_estimate,
+                                         plan_cross_node_fetch)
 from fleetctl.gateway.direct import direct_flags
 from fleetctl.gateway.engine_metrics import SampleRates, ewma
 from fleetctl.gateway.engine_state import EngineLive
@@ -79,6 +81,7 @@ class Prepared:
     candidates: dict[str, Candidate]
     routes: dict[str, EngineRoute]
     flags: dict
+    peer_fetch: CrossNodeFetch | None = None  # the first-ranked engine's cross-node fetch, fetched or not
 
 
 class GatewayService:
@@ -106,6 +109,7 @@ class GatewayService:
         self.shares = ShareTracker(settings.share_half_life_requests)
         self.sessions = SessionMap(settings.max_sessions)
         self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor)
+        self.peer_policy = PeerFetchPolicy()
         self.mean_prompt_tokens: float | None = None
         self.class_rates: dict[str, ClassRates] = {}  # class_ref -> pooled rate estimates of its engines
         self._engine_class: dict[str, str] = {}
@@ -276,7 +280,36 @@ class GatewayService:
         plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()),
                           scorer_policy(self.policy, table.flags), self.slo(table.flags),
                           self.sessions.as_mapping(session_id))
-        return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes, dict(table.flags))
+        peer_fetch = self._peer_fetch(plan, candidates, table.engines_of(model), hashes, spec)
+        return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes,
+                        dict(table.flags), peer_fetch)
+
+    def _peer_fetch(self, plan: RoutePlan, candidates: dict[str, Candidate], engines: list[EngineRoute],
+                    hashes: list[int], spec: ReplicaClassSpec) -> CrossNodeFetch | None:
+        """Whether the first-ranked engine should fetch blocks from another node's tier (gateway/cross_node.py).
+        Reference-engine classes with tiers only: vLLM's connectors have no peer fetch."""
+        if not plan.candidates or not hashes or spec.backend != "reference" or not spec.kv_tiers:
+            return None
+        chosen = plan.candidates[0]
+        view, live = candidates[chosen.engine_id].view, self.engines[chosen.engine_id]
+        route = next((e for e in engines if e.name == chosen.engine_id), None)
+        block_bytes = live.sample.kv_bytes_per_block if live.sample is not None else None
+        if route is None or block_bytes is None:
+            return None
+        offers = []
+        for peer in engines:
+            peer_live = self.engines.get(peer.name)
+            if (peer.class_ref == route.class_ref and peer.node != route.node and peer.routable and peer.url
+                    and peer_live is not None and peer_live.healthy):
+                offers.append(PeerOffer(peer.name, peer.node, peer.url, self.index.node_tier_run(hashes, peer.name)))
+        if not offers:
+            return None
+        throughput = view.prefill_tokens_per_s if view.prefill_tokens_per_s > 0 else self.policy.default_prefill_tokens_per_s
+        local = LocalCosts(view.memory_blocks, view.cached_blocks - view.memory_blocks, chosen.fetch_s,
+                           view.block_size / throughput, block_bytes)
+        measured = live.sample.peer_links()
+        links = {o.node: link_estimate(measured, o.node, self.peer_policy) for o in offers}
+        return plan_cross_node_fetch(chosen.engine_id, local, offers, links)
 
     async def _tokenise(self, request: ClientRequest, model: str, spec: ReplicaClassSpec,
                         routes: dict[str, EngineRoute]) -> list[int]:

@@ -1,7 +1,8 @@
 """KV tiers end to end on real processes (controller, agents, gateway, tiny engines): a class with kv_tiers gets
 its engines' evicted blocks into their node agent's tier, which each heartbeat reports (`fleetctl kv status`);
-a prompt evicted from an engine comes back from the tier with the same tokens; `fleetctl kv flush` empties the
-tier through the heartbeat and says how many blocks it dropped."""
+the gateway sees the tier hit (route explain); a prompt evicted from an engine comes back from the tier with the
+same tokens; the other node's engine, routed to while that one is cordoned, fetches the blocks across nodes;
+`fleetctl kv flush` empties the tier through the heartbeat and says how many blocks it dropped."""
 
 from __future__ import annotations
 
@@ -52,6 +53,15 @@ def tier_candidate(record, engine: str) -> dict | None:
     return row if row is not None and row["tier_blocks"].get("CPU") else None
 
 
+def cross_node_plan(record, engine: str) -> dict | None:
+    """The gateway's cross-node plan for TARGET, once it is for `engine` (the one left to route to)."""
+    body = {"model": record.served_model, "prompt": TARGET, "max_tokens": 8}
+    answer = httpx.post(f"{record.gateway_url}/fleet/route/explain", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    plan = answer.json()["cross_node"]
+    return plan if plan is not None and plan["engine"] == engine else None
+
+
 def test_a_tiered_class_is_reported_served_from_its_tier_and_flushed(tiny_fleet) -> None:
     wait_until(lambda: converged(tiny_fleet, replicas=2), 120, "2 ready engines")
     with controller(tiny_fleet) as api:
@@ -80,6 +90,22 @@ def test_a_tiered_class_is_reported_served_from_its_tier_and_flushed(tiny_fleet)
 
         dram = wait_until(reported_hits, 30, "`kv status` to show the tier's hits")
         assert dram["blocks"] >= 9 and dram["offloaded"] >= 9 and dram["hit_rate"] > 0
+
+        # the other node's engine, with the tier-holding engine cordoned, fetches the blocks across nodes
+        other = next(e for e in api.list_engines() if e.class_ref == ref and e.state == "ready" and e.name != engine.name)
+        assert other.node != engine.node
+        api.cordon_engine(engine.name, reason="test: cross-node fetch")
+        plan = wait_until(lambda: cross_node_plan(tiny_fleet, other.name), 30, "a cross-node plan for the other engine")
+        assert plan["peer"] == engine.name and plan["peer_node"] == engine.node and plan["fetch"] is True
+        assert plan["blocks"] >= 8 and plan["measured"] is False and plan["with_s"] < plan["without_s"]
+        response = httpx.post(f"{tiny_fleet.gateway_url}/v1/completions", timeout=60, json={
+            "model": tiny_fleet.served_model, "prompt": TARGET, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+            "logprobs": 0, "return_tokens_as_token_ids": True})
+        assert response.status_code == 200, response.text
+        assert [int(t.removeprefix("token_id:")) for t in response.json()["choices"][0]["logprobs"]["tokens"]] == cold
+        samples = parse_samples(httpx.get(f"{other.url}/metrics", timeout=10).text)
+        assert sum_series(samples, "fleet_kv_tier_peer_fetched_blocks_total", source=engine.node) >= 8
+        api.uncordon_engine(engine.name, reason="test: done")
 
         said = fleetctl(tiny_fleet, "kv", "flush", engine.node, "--class", name, "--yes", "--reason", "test",
                         "--timeout", "60").stderr
