@@ -39,7 +39,8 @@ app.add_typer(route_app, name="route")
 
 CANDIDATE_COLUMNS = [
     col("RANK", "rank"), col("STAGE", "stage"), col("ENGINE", "engine"), col("ROLE", "role"), col("SCORE", "score"),
-    col("CACHED", "cached_blocks"), col("PREFILL_S", "predicted_prefill_s"), col("SHARE", "recent_share"),
+    col("CACHED", "cached_blocks"), col("TIER_FETCH_S", "tier_fetch_s"), col("PREFILL_S", "predicted_prefill_s"),
+    col("SHARE", "recent_share"),
     col("HASHES", "prefix_hashes"), col("REASON", "reason"),
 ]
 
@@ -177,6 +178,9 @@ def explain(
     for row in answer.get("ineligible") or []:
         hashes = "; its prefix hashes use another seed" if row.get("prefix_hashes") == "hash_mismatch" else ""
         typer.echo(f"not eligible: {row['engine']} ({row['role']}): {row['why']}{hashes}")
+    cross_node = answer.get("cross_node")
+    if cross_node is not None:
+        typer.echo(f"cross-node KV for {cross_node['engine']}: {cross_node['reason']}")
 
 
 def _post(gateway: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

@@ -243,8 +243,11 @@ def test_route_explain_ranks_candidates_with_reasons(gateway: Proc, tmp_path: Pa
     assert [c["rank"] for c in answer["candidates"]] == [1, 2]
     assert all("blocks cached" in c["reason"] and isinstance(c["score"], float) for c in answer["candidates"])
     assert answer["admission"]["admit"] is True
+    assert answer["cross_node"] is None  # a static table's class has no KV tiers
+    assert all(c["tier_blocks"] == {} and c["tier_fetch_s"] == 0 for c in answer["candidates"])
     as_table = runner.invoke(fleetctl_cli, args)
     assert as_table.exit_code == 0 and "RANK" in as_table.stdout and "blocks cached" in as_table.stdout
+    assert "TIER_FETCH_S" in as_table.stdout
     no_key = runner.invoke(fleetctl_cli, args[:-2])
     assert no_key.exit_code == 4 and "missing API key" in no_key.output  # ExitCode.AUTH
 

@@ -39,6 +39,13 @@ def test_bodies_that_are_not_json_objects(raw: bytes) -> None:
     assert excinfo.value.param == "body"
 
 
+def test_a_clients_kv_transfer_params_never_reach_an_engine() -> None:
+    # the gateway's word to its engines (where to pull K/V from, which peer to fetch blocks from): a client that
+    # set it could point an engine, holding the fleet's engine key, at a host of its choosing
+    body = {"model": "m", "prompt": "hi", "kv_transfer_params": {"tier_peer": "http://evil", "do_remote_prefill": True}}
+    assert "kv_transfer_params" not in parse_request(COMPLETION, json.dumps(body).encode()).body
+
+
 def test_unknown_fields_are_kept_for_the_engine() -> None:
     request = parse(COMPLETION, {"model": "m", "prompt": "x", "vllm_xargs": {"a": 1}, "priority": 3})
     assert request.body["vllm_xargs"] == {"a": 1} and request.path == "/v1/completions"
