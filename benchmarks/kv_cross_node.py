@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=12)
     p.add_argument("--prompt-tokens", type=int, default=480)
     p.add_argument("--kv-cache-mib", type=int, default=24, help="each engine's own KV pool (small on purpose)")
-    p.add_argument("--dram-mib", type=int, default=256)
+    p.add_argument("--dram-mib", type=int, default=1024)
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -159,14 +159,19 @@ def gateway_plan(client: ControllerClient, record: Any, a: Any, b: Any, prompt: 
     """With engine a cordoned, the gateway's cross-node plan for engine b (on the link b measured, when the
     engines report their block size in bytes; the tiny model with a block-count pool does not)."""
     client.cordon_engine(a.name, reason="kv cross-node benchmark")
+    last: dict[str, Any] = {}
     try:
         def plan() -> dict[str, Any] | None:
             body = {"model": record.served_model, "prompt": prompt, "max_tokens": 4}
-            answer = httpx.post(f"{record.gateway_url}/fleet/route/explain", json=body, timeout=30).json()
+            answer = last["explain"] = httpx.post(f"{record.gateway_url}/fleet/route/explain", json=body,
+                                                  timeout=30).json()
             found = answer.get("cross_node")
             return found if found is not None and found["engine"] == b.name and found["measured"] == measured else None
 
         return wait(plan, 60, "the gateway's measured cross-node plan")
+    except TimeoutError:
+        log(f"no cross-node plan for {b.name}; the gateway's last explanation: {last.get('explain')}")
+        return None
     finally:
         client.uncordon_engine(a.name, reason="kv cross-node benchmark")
 

@@ -4,7 +4,8 @@ rates it derives from two consecutive scrapes. Pure: text in, numbers out.
 Read per scrape (`EngineSample`): the load gauges (running, waiting, KV usage), vllm:cache_config_info's labels
 (block size, pool size in blocks, the reference engine's kv_cache_mib), and cumulative counters/histogram
 sums from which `derive_rates` computes, between two scrapes:
-- prefill throughput: d(prompt tokens not served from the prefix cache) / d(sum of request prefill times),
+- prefill throughput: d(prompt tokens computed) / d(sum of request prefill times), where computed is the
+  by-source counter's local_compute when the engine has it (else prompt tokens less prefix-cache hits),
   only over intervals that computed at least MIN_PREFILL_TOKENS (a few short prompts measure the per-step
   overhead, not the throughput);
 - decode step time: d(inter-token latency sum) / d(count);
@@ -42,6 +43,9 @@ class EngineSample:
     kv_transfer_seconds_sum: float = 0.0
     kv_transfer_count: float = 0.0
     kv_transfer_bytes_sum: float = 0.0
+    # vllm:prompt_tokens_by_source{source="local_compute"}: prompt tokens the engine computed, i.e. neither hit in
+    # its cache nor loaded from elsewhere (a tier, a peer, a P/D transfer); None when the engine has no such series
+    computed_prompt_tokens: float | None = None
     tier_fetch_dram_s: float = 0.0  # fleet_kv_tier_fetch_seconds{tier="dram"}: sum, and count (blocks)
     tier_fetch_dram_blocks: float = 0.0
     tier_fetch_disk_s: float = 0.0
@@ -113,6 +117,7 @@ def parse_engine_metrics(text: str) -> EngineSample:
     usage: list[float] = []
     info: dict[str, str] = {}
     peer: dict[str, list[float]] = {}  # source node -> [blocks, seconds]
+    computed: float | None = None
     for name, labels, value in sample_lines(text):
         field_name = _SUMMED.get(name)
         if field_name is not None:
@@ -125,6 +130,8 @@ def parse_engine_metrics(text: str) -> EngineSample:
             tier_field = _TIER_FETCH.get((name, parse_labels(labels).get("tier")))
             if tier_field is not None:
                 sums[tier_field] = sums.get(tier_field, 0.0) + value
+        elif name == m.PROMPT_TOKENS_BY_SOURCE + "_total" and parse_labels(labels).get("source") == "local_compute":
+            computed = (computed or 0.0) + value
         elif name in _PEER_FETCH:
             source = parse_labels(labels).get("source", "")
             peer.setdefault(source, [0.0, 0.0])[_PEER_FETCH[name]] += value
@@ -135,6 +142,7 @@ def parse_engine_metrics(text: str) -> EngineSample:
         block_size=_int(info.get("block_size")),
         num_gpu_blocks=_int(info.get("num_gpu_blocks")),
         kv_cache_mib=_float(info.get("kv_cache_mib")),
+        computed_prompt_tokens=computed,
         peer_fetches=tuple((node, blocks, seconds) for node, (blocks, seconds) in sorted(peer.items())),
         **sums,
     )
@@ -167,7 +175,7 @@ class SampleRates:
 
 def derive_rates(before: EngineSample, after: EngineSample) -> SampleRates:
     """Rates between two scrapes of the same engine. A counter that went down (engine restart) gives nothing."""
-    computed = (after.prompt_tokens - after.prefix_cache_hits) - (before.prompt_tokens - before.prefix_cache_hits)
+    computed = computed_between(before, after)
     prefill_s = after.prefill_time_sum - before.prefill_time_sum
     itl_n = after.itl_count - before.itl_count
     itl_s = after.itl_sum - before.itl_sum
@@ -179,6 +187,15 @@ def derive_rates(before: EngineSample, after: EngineSample) -> SampleRates:
         kv_transfer_seconds=max(0.0, after.kv_transfer_seconds_sum - before.kv_transfer_seconds_sum) if transfers > 0 else 0.0,
         kv_transfer_bytes=max(0.0, after.kv_transfer_bytes_sum - before.kv_transfer_bytes_sum) if transfers > 0 else 0.0,
     )
+
+
+def computed_between(before: EngineSample, after: EngineSample) -> float:
+    """Prompt tokens the engine computed between two scrapes: its by-source counter where it has one, else prompt
+    tokens less prefix-cache hits (which would count tokens loaded from a tier or a peer as computed, and
+    overstate the throughput of an engine that loads many)."""
+    if before.computed_prompt_tokens is not None and after.computed_prompt_tokens is not None:
+        return after.computed_prompt_tokens - before.computed_prompt_tokens
+    return (after.prompt_tokens - after.prefix_cache_hits) - (before.prompt_tokens - before.prefix_cache_hits)
 
 
 def ewma(previous: float | None, value: float | None, weight: float = 0.3) -> float | None:

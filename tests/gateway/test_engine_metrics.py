@@ -72,3 +72,36 @@ def test_small_or_backwards_intervals_give_no_rate() -> None:
 def test_ewma() -> None:
     assert ewma(None, 10.0) == 10.0 and ewma(10.0, None) == 10.0 and ewma(None, None) is None
     assert ewma(10.0, 20.0, 0.5) == 15.0
+
+
+TIERED = SCRAPE + """
+# TYPE vllm:prompt_tokens_by_source counter
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} 500.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_cache_hit"} 200.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv_transfer"} 300.0
+# TYPE fleet_kv_tier_fetch_seconds summary
+fleet_kv_tier_fetch_seconds_count{tier="dram"} 10.0
+fleet_kv_tier_fetch_seconds_sum{tier="dram"} 0.02
+fleet_kv_tier_fetch_seconds_count{tier="disk"} 0.0
+fleet_kv_tier_fetch_seconds_sum{tier="disk"} 0.0
+# TYPE fleet_kv_tier_peer_fetch_seconds summary
+fleet_kv_tier_peer_fetch_seconds_count{source="node-b"} 30.0
+fleet_kv_tier_peer_fetch_seconds_sum{source="node-b"} 0.3
+"""
+
+
+def test_tier_fetch_costs_and_cross_node_links_are_read_per_tier_and_source() -> None:
+    sample = parse_engine_metrics(TIERED)
+    assert sample.tier_fetch_s == (("CPU", pytest.approx(0.002)),)  # disk fetched nothing: not measured
+    assert sample.peer_fetches == (("node-b", 30.0, 0.3),)
+    assert sample.peer_links() == {"node-b": (30 * sample.kv_bytes_per_block, 0.3)}
+    assert parse_engine_metrics('vllm:num_requests_running{engine="0"} 1\n').peer_links() == {}
+
+
+def test_prefill_throughput_counts_only_tokens_the_engine_computed() -> None:
+    # 300 of the prompt tokens came from a tier or a peer: they took no prefill time and must not count as computed
+    before = parse_engine_metrics(SCRAPE.replace("1000.0", "0.0").replace("200.0", "0.0").replace(" 0.4", " 0.0"))
+    before = EngineSample(**{**before.__dict__, "computed_prompt_tokens": 0.0})
+    after = parse_engine_metrics(TIERED)
+    assert after.computed_prompt_tokens == 500.0
+    assert derive_rates(before, after).prefill_tokens_per_s == pytest.approx(500 / 0.4)
