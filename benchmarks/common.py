@@ -154,11 +154,14 @@ class Procs:
     def _on_signal(self, signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    def start(self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None, **extra: Any) -> Proc:
+    def start(self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None,
+              cpus: set[int] | None = None, **extra: Any) -> Proc:
+        """`cpus`: the CPUs the process (and every thread it starts) may run on; None: any."""
         log_path = self.log_dir / f"{name}.log"
         out = open(log_path, "wb")
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         popen = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+                                 env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=pin)
         out.close()
         proc = Proc(name, popen, port, log_path, dict(extra))
         self.procs.append(proc)
@@ -227,13 +230,18 @@ def engine_argv(model: str, port: int, kv_cache_mib: int, max_model_len: int, nu
 
 
 def start_engines(procs: Procs, n: int, model: str, kv_cache_mib: int, max_model_len: int, num_threads: int = 1,
-                  extra: Sequence[str] = (), timeout_s: float = 600.0) -> list[Proc]:
-    """n engines with KV events (PUB on port+1, replay on port+2, as the gateway's static mode expects)."""
+                  extra: Sequence[str] = (), timeout_s: float = 600.0, pinned: bool = False) -> list[Proc]:
+    """n engines with KV events (PUB on port+1, replay on port+2, as the gateway's static mode expects).
+    `pinned`: engine i runs on CPU i only (the independent-engine testbed: like GPU replicas, one engine's work
+    does not slow another's; needs n <= the CPUs this process may use)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if pinned and n > len(cpus):
+        raise ValueError(f"{n} pinned engines need {n} CPUs; this process may use {len(cpus)}")
     engines = []
     for i in range(n):
         port = free_ports(3)
         engines.append(procs.start(f"engine{i}", engine_argv(model, port, kv_cache_mib, max_model_len, num_threads, extra),
-                                   port, kv_events=f"tcp://127.0.0.1:{port + 1}"))
+                                   port, cpus={cpus[i]} if pinned else None, kv_events=f"tcp://127.0.0.1:{port + 1}"))
     for engine in engines:
         wait_http(engine, "/health", timeout_s)
     return engines

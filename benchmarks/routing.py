@@ -29,6 +29,12 @@ call goes to the one just used; on this machine a briefly idle engine answers ~1
 caches go cold), which the several-engine figure counts against the router. Behind one engine both calls
 meet the same engine equally warm, so the difference is the hop and the router's own work.
 
+Shapes and testbeds. `--shape agent|rag|system_prompt|no_sharing` replays a generated workload
+(benchmarks/workloads: multi-turn agent sessions, RAG with varying document order, shared system prompts, no
+sharing; `--seed`) at its own timing instead of the trace slice. `--testbed independent` runs 2 engines, each
+pinned to its own CPU with one torch thread, so that, like GPU replicas, one engine's work does not slow the
+other's; `shared` (the default) runs `--engines` engines over every CPU.
+
 Results: stdout and benchmarks/results/routing.json.
 """
 
@@ -75,6 +81,8 @@ from benchmarks.common import (  # noqa: E402
     wait_idle,
     write_json,
 )
+from benchmarks.routing_tail import Decision, tail_causes  # noqa: E402
+from benchmarks.workloads import SHAPES, shapes  # noqa: E402
 from engine.contract import REFERENCE_MODELS  # noqa: E402
 
 OUT = RESULTS / "routing.json"
@@ -110,10 +118,17 @@ class Result:
 # --- workload ---------------------------------------------------------------------------------------------
 
 
+def workload_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The Mooncake-schema rows to replay: the trace slice, or a generated shape (benchmarks/workloads)."""
+    if args.shape == "trace":
+        return load_mooncake(TRACE)[args.slice_start : args.slice_start + args.num_requests]
+    return shapes()[args.shape](seed=args.seed)
+
+
 def build_workload(args: argparse.Namespace, blocks: BlockText) -> list[Req]:
-    rows = load_mooncake(TRACE)[args.slice_start : args.slice_start + args.num_requests]
+    rows = workload_rows(args)
     t0, span = rows[0]["timestamp"], max(1, rows[-1]["timestamp"] - rows[0]["timestamp"])
-    stretch = args.duration / (span / 1000.0)
+    stretch = args.duration / (span / 1000.0) if args.duration else 1.0  # a shape keeps its own timing
     workload, mismatches = [], 0
     for offset, row in enumerate(rows):
         num_tokens = min(args.max_prompt_tokens, math.ceil(row["input_length"] * args.block_tokens / 512))
@@ -122,7 +137,7 @@ def build_workload(args: argparse.Namespace, blocks: BlockText) -> list[Req]:
         if blocks.encode(text) != ids:
             mismatches += 1
         arrival = (row["timestamp"] - t0) / 1000.0 * stretch
-        workload.append(Req(args.slice_start + offset, arrival, ids, text, max(1, min(args.max_output_tokens, row["output_length"]))))
+        workload.append(Req((args.slice_start if args.shape == "trace" else 0) + offset, arrival, ids, text, max(1, min(args.max_output_tokens, row["output_length"]))))
     if mismatches:
         raise SystemExit(f"{mismatches} prompts do not tokenise back to their ids; the prefix structure would be off")
     return workload
@@ -188,8 +203,9 @@ async def one(client: httpx.AsyncClient, req: Req, base: str, model: str, start:
     try:
         if explain:
             answer = (await client.post(base + "/fleet/route/explain", json=body)).json()
-            result.explain = [{k: c[k] for k in ("engine", "cached_blocks", "predicted_prefill_s", "recent_share",
-                                                 "hot_spot_damped", "score")} for c in answer["candidates"]]
+            result.explain = [{k: c.get(k) for k in ("engine", "cached_blocks", "predicted_prefill_s", "recent_share",
+                                                     "hot_spot_damped", "score", "num_waiting", "num_running",
+                                                     "queued_prefill_tokens")} for c in answer["candidates"]]
         async with client.stream("POST", base + "/v1/completions", json=body) as response:
             result.status = response.status_code
             result.served_by = response.headers.get("x-fleet-served-by", " ").split(" ")[-1]
@@ -249,6 +265,15 @@ def diagnose(workload: list[Req], results: list[Result], block: int = ENGINE_BLO
         else:
             counts["followed_longest"] += 1
     return {"tokens": tokens, "requests": counts}
+
+
+def tail_report(workload: list[Req], results: list[Result], p90_s: float) -> dict[str, Any]:
+    """benchmarks/routing_tail.py over the run: the cause of each request at or above the P90 TTFT."""
+    decisions = [Decision(req.ids, r.ttft_s, r.served_by, r.explain or [], ENGINE_BLOCK)
+                 for req, r in zip(workload, results)]
+    report = tail_causes(decisions, p90_s)
+    return {"p90_s": report.p90_s, "requests": report.requests, "causes": report.causes,
+            "ttft_by_cause": report.ttft_by_cause, "examples": report.examples}
 
 
 # --- engines ----------------------------------------------------------------------------------------------
@@ -333,6 +358,7 @@ def run_policy(policy: str, procs: Procs, engines: list[Proc], workload: list[Re
             summary["gateway"] = gateway_counters(gateway_before, scrape(router.url))
             if explain:
                 summary["diagnosis"] = diagnose(workload, results)
+                summary["tail"] = tail_report(workload, results, summary["ttft_p90_s"])
         return summary
     finally:
         if router is not None:
@@ -514,7 +540,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-tokens", type=int, default=16, help="real tokens per 512-token trace block")
     p.add_argument("--max-prompt-tokens", type=int, default=512)
     p.add_argument("--max-output-tokens", type=int, default=16)
-    p.add_argument("--duration", type=float, default=90.0, help="seconds the slice's arrivals are stretched over")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds the arrivals are stretched over (default: 90 for the trace, a shape's own timing)")
+    p.add_argument("--shape", default="trace", choices=("trace", *SHAPES),
+                   help="the trace slice, or a generated prompt shape (benchmarks/workloads)")
+    p.add_argument("--seed", type=int, default=0, help="a generated shape's seed")
+    p.add_argument("--testbed", default="shared", choices=("shared", "independent"),
+                   help="shared: --engines engines on every CPU; independent: 2 engines, each pinned to its own CPU")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--rounds", type=int, default=1, help="repeat the policies, in reversed order every other round")
     p.add_argument("--latency-trials", type=int, default=300, help="paired trials per prompt form (0: skip)")
@@ -529,6 +561,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.num_requests, args.duration, args.max_prompt_tokens, args.latency_trials = 20, 20.0, 256, 40
+    if args.duration is None and args.shape == "trace":
+        args.duration = 90.0
+    if args.testbed == "independent":
+        args.engines = 2
     return args
 
 
@@ -544,7 +580,8 @@ def main(argv: list[str] | None = None) -> None:
     gateway_flags = ["--no-admission", *args.gateway_flag]
     started = time.time()
     with Procs() as procs:
-        engines = start_engines(procs, args.engines, args.model, args.kv_cache_mib, 2048, args.num_threads)
+        engines = start_engines(procs, args.engines, args.model, args.kv_cache_mib, 2048, args.num_threads,
+                                pinned=args.testbed == "independent")
         model = httpx.get(engines[0].url + "/v1/models", timeout=10).json()["data"][0]["id"]
         for engine in engines:
             engine.extra["model_name"] = model
@@ -626,7 +663,9 @@ def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dic
         "command": "benchmarks/routing.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": _cpus(), "python": platform.python_version(), "platform": platform.platform()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "trace": {"file": TRACE, "slice": [args.slice_start, args.slice_start + args.num_requests]},
+        "trace": {"file": TRACE, "slice": [args.slice_start, args.slice_start + args.num_requests]}
+        if args.shape == "trace" else {"shape": args.shape, "seed": args.seed},
+        "testbed": {"kind": args.testbed, "engines": args.engines, "pinned": args.testbed == "independent"},
         "workload": shape,
         "peer_versions": peer_versions(),
         "peer_failures": peer_failures,
@@ -644,7 +683,8 @@ def _cpus() -> int:
 
 def print_report(report: dict[str, Any]) -> None:
     shape = report["workload"]
-    print(f"\nslice rows {report['trace']['slice']}: {shape['requests']} requests over {shape['duration_s']:.0f}s, "
+    source = f"slice rows {report['trace']['slice']}" if "slice" in report["trace"] else f"shape {report['trace']['shape']}"
+    print(f"\n{source} on the {report['testbed']['kind']} testbed: {shape['requests']} requests over {shape['duration_s']:.0f}s, "
           f"prompt mean {shape['prompt_tokens_mean']:.0f} tokens, oracle hit rate {shape['oracle_hit_rate']:.3f}")
     floor = shape["isolated_floor"]
     print(f"isolated floor (each request alone on an idle engine, oracle cache): TTFT p50 {floor['ttft_p50_s']:.3f}s "
@@ -671,6 +711,10 @@ def print_report(report: dict[str, Any]) -> None:
     for run in report["runs"]:
         if "diagnosis" in run:
             print(f"diagnosis ({run['policy']}, round {run['round']}): {json.dumps(run['diagnosis'])}")
+        if "tail" in run:
+            causes = {c: n for c, n in run["tail"]["causes"].items() if n}
+            print(f"tail ({run['policy']}, round {run['round']}): {run['tail']['requests']} requests at or above "
+                  f"p90 {run['tail']['p90_s']:.3f}s, by cause {json.dumps(causes)}")
     for name, failure in report["peer_failures"].items():
         print(f"{name}: could not run: {failure.splitlines()[0]}")
     for goal, value in report["goals"].items():

@@ -57,11 +57,22 @@ def ranked_rows(ranked: list[RankedEngine], stage: str, prepared: Prepared, serv
             "rank": rank, "stage": stage, "engine": r.engine_id, "role": route.role, "url": route.url,
             "score": round(r.score, 6), "cached_blocks": r.cached_blocks,
             "tier_blocks": dict(r.tier_blocks), "tier_fetch_s": round(r.fetch_s, 6),
+            **load_fields(prepared, r.engine_id),
             "predicted_prefill_s": round(r.predicted_prefill_s, 6), "recent_share": round(r.recent_share, 4),
             "hot_spot_damped": r.hot_spot_damped, "sticky": r.sticky, "reason": r.reason,
             "prefix_hashes": service.hash_checks.status(r.engine_id),
         })
     return rows
+
+
+def load_fields(prepared: Prepared, engine: str) -> dict[str, Any]:
+    """The load the scorer saw on the engine: requests waiting and running, prompt tokens queued for prefill."""
+    candidate = prepared.candidates.get(engine)
+    if candidate is None:
+        return {}
+    view = candidate.view
+    return {"num_waiting": view.num_waiting, "num_running": view.num_running,
+            "queued_prefill_tokens": view.queued_prefill_tokens}
 
 
 def ineligible_rows(prepared: Prepared, service: GatewayService) -> list[dict[str, Any]]:
