@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+from dataclasses import replace
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
     p.add_argument("--prefill-tokens-per-s", type=float, default=1000.0, help="each engine's prefill throughput")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--half-life-per-engine", default="",
+                   help="also run the gateway with its recent-share half-life at these many requests per engine "
+                        "(comma-separated; the gateway's default is 32 requests whatever the engine count)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -68,15 +72,19 @@ def main(argv: list[str] | None = None) -> None:
             rows = rows_for(shape, engines, args, config)
             requests = requests_from_rows(rows, config)
             ceiling = reuse_ceiling([{**r, "hash_ids": r["hash_ids"][: config.max_prompt_blocks]} for r in rows])
-            for policy in POLICIES:
+            variants = [(policy, config) for policy in POLICIES]
+            variants += [(f"gateway hl {per}/engine", replace(config, share_half_life_requests=float(per) * engines))
+                         for per in [p.strip() for p in args.half_life_per_engine.split(",") if p.strip()]]
+            for label, variant in variants:
                 t0 = time.time()
-                summary = summarise(simulate(requests, make_router(policy, config), config), engines)
-                rows_out.append({"shape": shape, "engines": engines, "policy": policy, "ceiling": ceiling,
+                router = make_router(label.split(" ")[0], variant)
+                summary = summarise(simulate(requests, router, variant), engines)
+                rows_out.append({"shape": shape, "engines": engines, "policy": label, "ceiling": ceiling,
                                  **summary, "sim_wall_s": time.time() - t0})
-                log(f"{shape} x{engines} {policy}: p90 {summary['ttft_p90_s']:.3f}s hit {summary['hit_rate']:.3f}")
+                log(f"{shape} x{engines} {label}: p90 {summary['ttft_p90_s']:.3f}s hit {summary['hit_rate']:.3f}")
     for row in rows_out:  # against the best other policy of the same shape and size
         others = [r for r in rows_out if (r["shape"], r["engines"]) == (row["shape"], row["engines"])
-                  and r["policy"] != row["policy"]]
+                  and r["policy"].split(" ")[0] != row["policy"].split(" ")[0]]  # gateway variants are not "others"
         row["p90_vs_best_other"] = row["ttft_p90_s"] / min(r["ttft_p90_s"] for r in others) if others else None
     report = {"benchmark": "routing_sim", "command": "benchmarks/routing_sim.py " + " ".join(sys.argv[1:]),
               "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
