@@ -117,7 +117,8 @@ def test_a_prompt_evicted_from_the_engine_comes_back_from_the_tier_identical(lau
     engine.stop()
 
 
-def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_from_it(launch_engine, host, tier_root):
+def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_from_it(launch_engine, tmp_path):
+    host = TierHost(tmp_path)
     first = engine_on(launch_engine, host, "disk-class")
     cold = greedy_tokens(first, TARGET)
     for filler in FILLERS:
@@ -125,7 +126,7 @@ def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_fr
     wait_until(lambda: host.status("disk-class", "disk")["blocks"] >= 9)
     first.stop()
     host.stop()
-    restarted = TierHost(tier_root)  # the agent, started again: only the files are left
+    restarted = TierHost(tmp_path)  # the agent, started again: only the files are left
     try:
         assert restarted.status("disk-class", "disk")["blocks"] >= 9
         fresh = engine_on(launch_engine, restarted, "disk-class")
@@ -136,8 +137,9 @@ def test_a_restarted_tier_host_rebuilds_its_disk_index_and_a_new_engine_warms_fr
         restarted.stop()
 
 
-def test_the_engines_event_stream_says_which_blocks_its_nodes_tier_holds(launch_engine, host, free_port):
+def test_the_engines_event_stream_says_which_blocks_its_nodes_tier_holds(launch_engine, tmp_path, free_port):
     """The engine relays its tier's events on its KV event stream, so a gateway's index sees a tier hit there."""
+    host = TierHost(tmp_path)  # its own empty tier: a block the tier already holds is not stored (nor announced) again
     events_endpoint = f"tcp://127.0.0.1:{free_port()}"
     engine = launch_engine("--num-blocks-override", "24", "--kv-tier-url", f"{host.url}/kv/tiers/dram-class",
                            "--kv-events-endpoint", events_endpoint, env={TIER_TOKEN_ENV: TOKEN})
@@ -169,6 +171,7 @@ def test_the_engines_event_stream_says_which_blocks_its_nodes_tier_holds(launch_
         sub.close(linger=0)
         context.term()
         engine.stop()
+        host.stop()
 
 
 def test_bad_credentials_and_bodies_are_refused_naming_the_field(tier_root):
