@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--half-life-per-engine", default="",
                    help="also run the gateway with its recent-share half-life at these many requests per engine "
-                        "(comma-separated; the gateway's default is 32 requests whatever the engine count)")
+                        "(comma-separated; the gateway's default is 32 per engine)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             requests = requests_from_rows(rows, config)
             ceiling = reuse_ceiling([{**r, "hash_ids": r["hash_ids"][: config.max_prompt_blocks]} for r in rows])
             variants = [(policy, config) for policy in POLICIES]
-            variants += [(f"gateway hl {per}/engine", replace(config, share_half_life_requests=float(per) * engines))
+            variants += [(f"gateway hl {per}/engine", replace(config, share_half_life_requests_per_engine=float(per)))
                          for per in [p.strip() for p in args.half_life_per_engine.split(",") if p.strip()]]
             for label, variant in variants:
                 t0 = time.time()

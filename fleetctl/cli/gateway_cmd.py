@@ -103,7 +103,8 @@ def serve(
     table_refresh_s: Annotated[float | None, _opt("table_refresh_s", "--table-refresh-s")] = None,
     locality_weight: Annotated[float | None, _opt("locality_weight", "--locality-weight")] = None,
     hot_spot_factor: Annotated[float | None, _opt("hot_spot_factor", "--hot-spot-factor")] = None,
-    share_half_life_requests: Annotated[float | None, _opt("share_half_life_requests", "--share-half-life-requests")] = None,
+    share_half_life_requests_per_engine: Annotated[float | None, _opt(
+        "share_half_life_requests_per_engine", "--share-half-life-requests-per-engine")] = None,
     max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
     hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
     state_dir: Annotated[Path | None, _opt("state_dir", "--state-dir")] = None,
@@ -134,7 +135,7 @@ def serve(
                 request_timeout_s=request_timeout_s, keepalive_interval_s=keepalive_interval_s,
                 probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s, table_refresh_s=table_refresh_s,
                 locality_weight=locality_weight, hot_spot_factor=hot_spot_factor,
-                share_half_life_requests=share_half_life_requests, max_sessions=max_sessions, hash_seed=hash_seed,
+                share_half_life_requests_per_engine=share_half_life_requests_per_engine, max_sessions=max_sessions, hash_seed=hash_seed,
                 state_dir=state_dir, breakglass_token_file=breakglass_token_file),
     })
     if api_keys_file is not None and not api_keys_file.is_file():

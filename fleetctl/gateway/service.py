@@ -106,7 +106,7 @@ class GatewayService:
         self.prober = EngineProber(client, settings.probe_interval_s, settings.probe_timeout_s,
                                    self.engine_headers(), on_rates=self._on_rates)
         self.tokenizers = tokenizers or Tokenizers(client)
-        self.shares = ShareTracker(settings.share_half_life_requests)
+        self.shares = ShareTracker(settings.share_half_life_requests_per_engine)
         self.sessions = SessionMap(settings.max_sessions)
         self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor)
         self.peer_policy = PeerFetchPolicy()
@@ -187,6 +187,7 @@ class GatewayService:
         for name, url in wanted.items():
             if name not in self.engines and url is not None:
                 self.engines[name] = EngineLive(name, url, clock=self.clock)
+        self.shares.engines = len(self.engines)
 
     def _on_rates(self, live: EngineLive, rates: SampleRates) -> None:
         class_ref = self._engine_class.get(live.name)

@@ -78,9 +78,9 @@ class GatewaySettings(ProcessSettings):
     hash_seed: str = Field(
         default_factory=default_seed, description="prefix-hash (NONE_HASH) seed; must match the engines; "
         "default env FLEET_HASH_SEED or vLLM's default, vllm-none-hash")
-    share_half_life_requests: float = Field(
+    share_half_life_requests_per_engine: float = Field(
         default=32.0, gt=0, description="scorer's hot-spot guard: recent traffic shares halve every this many "
-        "routed requests")
+        "routed requests times the number of engines (fleetctl/gateway/traffic.py)")
     locality_weight: float = Field(
         default=2.0, ge=0, description="scorer: worth of a second of prefill a cached prefix saves, against a "
         "second of queue (fleetctl/gateway/scorer.py)")

@@ -48,7 +48,7 @@ class RoutingSimConfig:
     cache_threshold: float = 0.3  # cache_aware's flags, as the routing benchmark runs the peers
     balance_abs: int = 64
     balance_rel: float = 1.5
-    share_half_life_requests: float = 32.0  # the gateway's recent-share tracker (its --share-half-life-requests)
+    share_half_life_requests_per_engine: float = 32.0  # the gateway's --share-half-life-requests-per-engine
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]], config: RoutingSimConf
 
 def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None) -> Router:
     policy = policy or ScorerPolicy()
-    shares = ShareTracker(config.share_half_life_requests)
+    shares = ShareTracker(config.share_half_life_requests_per_engine, engines=config.engines)
 
     def route(request: SimRequest, t: float, engines: Sequence[SimEngine]) -> int:
         names = [e.name for e in engines]

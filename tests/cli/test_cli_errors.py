@@ -127,5 +127,5 @@ def test_gateway_serve_refuses_bad_scorer_weights_with_one_line(flags: list[str]
 def test_gateway_settings_refuse_a_share_half_life_that_is_not_positive() -> None:
     from fleetctl.gateway.settings import GatewaySettings
 
-    with pytest.raises(ValueError, match="share_half_life_requests must be positive"):
-        GatewaySettings(static_engines=("http://127.0.0.1:1",), share_half_life_requests=0)
+    with pytest.raises(ValueError, match="share_half_life_requests_per_engine must be positive"):
+        GatewaySettings(static_engines=("http://127.0.0.1:1",), share_half_life_requests_per_engine=0)

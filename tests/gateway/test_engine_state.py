@@ -55,7 +55,7 @@ def test_hard_failures_take_an_engine_out_at_once_soft_ones_after_a_few() -> Non
 
 
 def test_shares_decay_per_routed_request_and_are_relative_to_the_candidates() -> None:
-    shares = ShareTracker(half_life_requests=4.0)
+    shares = ShareTracker(half_life_requests_per_engine=4.0)
     assert shares.shares(["a", "b"]) == {"a": 0.5, "b": 0.5}
     for _ in range(3):
         shares.record("a")
@@ -152,3 +152,30 @@ def test_a_failed_scrape_closes_its_window() -> None:
     live.start(InFlight(prompt_tokens=4, max_tokens=8))
     live.take_sample(EngineSample(num_running=3))
     assert live.others_running == 2
+
+
+def test_the_share_half_life_scales_with_the_engines_routed_to() -> None:
+    """Per engine, so a large fleet judges each engine's share on as many of its own requests as a small one."""
+    small, large = ShareTracker(half_life_requests_per_engine=8.0, engines=2), ShareTracker(8.0, engines=16)
+    assert (small.half_life_requests, large.half_life_requests) == (16.0, 128.0)
+    for tracker in (small, large):
+        tracker.record("a")
+        for _ in range(16):
+            tracker.record("b")
+    def share_of_a(half_life: float) -> float:
+        a, b = 2 ** (-16 / half_life), sum(2 ** (-k / half_life) for k in range(16))
+        return a / (a + b)
+
+    assert small.shares(["a", "b"])["a"] == pytest.approx(share_of_a(16.0))
+    assert large.shares(["a", "b"])["a"] == pytest.approx(share_of_a(128.0))  # a's one request has barely aged
+
+
+def test_a_change_of_engine_count_re_times_only_the_decay_that_follows() -> None:
+    shares = ShareTracker(half_life_requests_per_engine=4.0, engines=1)
+    shares.record("a")
+    for _ in range(4):
+        shares.record("b")  # one half-life at 4 requests: a's count is 0.5
+    shares.engines = 2  # now 8 requests per half-life
+    for _ in range(8):
+        shares.record("b")  # one more half-life: a's count is 0.25
+    assert shares._decayed("a") == pytest.approx(0.25)
