@@ -1,0 +1,48 @@
+"""The routing benchmark's goals for a generated shape: mean over rounds, no round beyond the peers' spread."""
+
+from __future__ import annotations
+
+from benchmarks.routing import aggregate, shape_goals
+
+
+def runs(p90s: dict[str, list[float]]) -> list[dict]:
+    out = []
+    for policy, values in p90s.items():
+        for round_no, p90 in enumerate(values):
+            out.append({"policy": policy, "round": round_no, "ttft_p90_s": p90, "ttft_p50_s": 0.1, "ttft_p99_s": p90,
+                        "e2e_mean_s": 1.0, "throughput_rps": 1.0, "output_tokens_per_s": 1.0, "hit_rate": 0.5,
+                        "busiest_vs_mean": 1.0, "busiest_share": 0.5, "errors": 0, "makespan_s": 60.0})
+    return out
+
+
+def goals(shape: str, testbed: str, p90s: dict[str, list[float]]) -> dict:
+    measured = runs(p90s)
+    return shape_goals(shape, testbed, aggregate(measured), measured)
+
+
+def test_the_mean_must_not_exceed_the_best_peer():
+    met = goals("no_sharing", "shared", {"gateway": [1.0, 1.0, 1.0], "sglang": [1.0, 1.1, 1.0], "vllm": [1.2, 1.2, 1.2]})
+    assert met["p90_ttft_vs_best_peer"]["met"] and met["p90_ttft_vs_best_peer"]["best_peer"] == "sglang"
+    lost = goals("no_sharing", "shared", {"gateway": [1.1, 1.1, 1.1], "sglang": [1.0, 1.0, 1.0], "vllm": [1.2, 1.2, 1.2]})
+    assert not lost["p90_ttft_vs_best_peer"]["met"]
+
+
+def test_balance_shapes_on_independent_engines_need_a_margin():
+    p90s = {"gateway": [0.9, 0.9, 0.9], "sglang": [1.0, 1.0, 1.0], "vllm": [1.0, 1.0, 1.0]}
+    assert goals("agent", "shared", p90s)["p90_ttft_vs_best_peer"]["met"]
+    assert not goals("agent", "independent", p90s)["p90_ttft_vs_best_peer"]["met"]  # 0.9 > 0.8
+    assert goals("rag", "independent", p90s)["p90_ttft_vs_best_peer"]["met"]  # RAG: no margin
+
+
+def test_one_round_beyond_the_peers_spread_fails_even_when_the_mean_wins():
+    p90s = {"gateway": [0.5, 0.5, 1.3], "sglang": [1.0, 1.1, 1.0], "vllm": [1.2, 1.2, 1.2]}
+    met = goals("no_sharing", "shared", p90s)
+    assert met["p90_ttft_vs_best_peer"]["met"]
+    assert met["worst_round_p90_excess_s"]["value"] == 1.3 - 1.0
+    assert not met["worst_round_p90_excess_s"]["met"]  # 0.3 > sglang's 0.1 spread
+
+
+def test_rag_is_also_held_to_round_robin():
+    met = goals("rag", "shared", {"gateway": [1.0], "sglang": [1.2], "vllm": [1.3], "round_robin": [0.9]})
+    assert met["p90_ttft_vs_best_peer"]["met"] and not met["p90_ttft_vs_round_robin"]["met"]
+    assert "p90_ttft_vs_round_robin" not in goals("agent", "shared", {"gateway": [1.0], "sglang": [1.2], "round_robin": [0.9]})
