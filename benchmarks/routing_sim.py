@@ -45,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--half-life-per-engine", default="",
                    help="also run the gateway with its recent-share half-life at these many requests per engine "
                         "(comma-separated; the gateway's default is 32 per engine)")
+    p.add_argument("--hot-spot-damping", default="",
+                   help="also run the gateway with its hot-spot guard's damping at these values (comma-separated; "
+                        "the gateway's default is 0: a hot spot's cache is ignored)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
             variants = [(policy, config) for policy in POLICIES]
             variants += [(f"gateway hl {per}/engine", replace(config, share_half_life_requests_per_engine=float(per)))
                          for per in [p.strip() for p in args.half_life_per_engine.split(",") if p.strip()]]
+            variants += [(f"gateway damping {d}", replace(config, hot_spot_damping=float(d)))
+                         for d in [d.strip() for d in args.hot_spot_damping.split(",") if d.strip()]]
             for label, variant in variants:
                 t0 = time.time()
                 router = make_router(label.split(" ")[0], variant)

@@ -103,6 +103,9 @@ def serve(
     table_refresh_s: Annotated[float | None, _opt("table_refresh_s", "--table-refresh-s")] = None,
     locality_weight: Annotated[float | None, _opt("locality_weight", "--locality-weight")] = None,
     hot_spot_factor: Annotated[float | None, _opt("hot_spot_factor", "--hot-spot-factor")] = None,
+    hot_spot_damping: Annotated[float | None, _opt("hot_spot_damping", "--hot-spot-damping")] = None,
+    engines_share_hardware: Annotated[bool | None, _opt(
+        "engines_share_hardware", "--engines-share-hardware/--engines-own-hardware")] = None,
     share_half_life_requests_per_engine: Annotated[float | None, _opt(
         "share_half_life_requests_per_engine", "--share-half-life-requests-per-engine")] = None,
     max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
@@ -134,7 +137,8 @@ def serve(
                 first_token_timeout_s=first_token_timeout_s, idle_timeout_s=idle_timeout_s,
                 request_timeout_s=request_timeout_s, keepalive_interval_s=keepalive_interval_s,
                 probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s, table_refresh_s=table_refresh_s,
-                locality_weight=locality_weight, hot_spot_factor=hot_spot_factor,
+                locality_weight=locality_weight, hot_spot_factor=hot_spot_factor, hot_spot_damping=hot_spot_damping,
+                engines_share_hardware=engines_share_hardware,
                 share_half_life_requests_per_engine=share_half_life_requests_per_engine, max_sessions=max_sessions, hash_seed=hash_seed,
                 state_dir=state_dir, breakglass_token_file=breakglass_token_file),
     })

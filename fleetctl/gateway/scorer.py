@@ -33,7 +33,10 @@ same hit rate.
 Hot-spot guard: an engine whose recent share of traffic exceeds `hot_spot_factor` x the mean share of the
 eligible engines has its locality bonus multiplied by `hot_spot_damping` (default 0: its cache is ignored),
 so it competes on load alone until its share falls back. A popular prefix therefore holds its engine near
-factor x mean share, and spills to others, which then cache it too.
+factor x mean share, and spills to others, which then cache it too. The guard is off when the engines share
+hardware (`engines_share_hardware`: several engines on the same cores or GPU): there a spill buys no
+parallelism, only a recomputed prefix (on benchmarks/routing.py's shared testbed the guard's diversions were
+most of the agent-session tail; docs/benchmarks.md).
 
 Ties (equal scores) go to the lower recent share, then the longer cached prefix, then the engine id.
 Sessions stick to their previous engine when its score is within `session_margin_s` of the best.
@@ -41,6 +44,7 @@ Sessions stick to their previous engine when its score is within `session_margin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -101,6 +105,7 @@ class ScorerPolicy:
     kv_full_penalty_s: float = 5.0  # the penalty at 100% KV usage (quadratic from the soft limit)
     hot_spot_factor: float = 1.5  # an engine above factor x mean share is a hot spot
     hot_spot_damping: float = 0.0  # multiplier of a hot spot's locality bonus
+    engines_share_hardware: bool = False  # True: no hot-spot guard (a spill would buy no parallelism)
     session_margin_s: float = 0.25  # a session keeps its engine when within this of the best score
     default_prefill_tokens_per_s: float = 2000.0  # when an engine has no throughput estimate yet
     # seconds to fetch one block from a node tier, until the engine has measured its own (benchmarks/kv_tiers.py
@@ -127,7 +132,7 @@ def rank_engines(request: RouteRequest, snapshot: RoutingSnapshot, policy: Score
     engines = eligible_engines(request, snapshot.engines)
     if not engines:
         return []
-    hot_share = policy.hot_spot_factor * mean_share(engines)
+    hot_share = math.inf if policy.engines_share_hardware else policy.hot_spot_factor * mean_share(engines)
     ranked = [score_engine(request, engine, policy, hot_share) for engine in engines]
     ranked.sort(key=lambda r: (-r.score, r.recent_share, -r.cached_blocks, r.engine_id))
     return apply_session(ranked, snapshot.sessions.get(request.session_id or ""), policy)

@@ -108,7 +108,9 @@ class GatewayService:
         self.tokenizers = tokenizers or Tokenizers(client)
         self.shares = ShareTracker(settings.share_half_life_requests_per_engine)
         self.sessions = SessionMap(settings.max_sessions)
-        self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor)
+        self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor,
+                                   hot_spot_damping=settings.hot_spot_damping,
+                                   engines_share_hardware=settings.engines_share_hardware)
         self.peer_policy = PeerFetchPolicy()
         self.mean_prompt_tokens: float | None = None
         self.class_rates: dict[str, ClassRates] = {}  # class_ref -> pooled rate estimates of its engines

@@ -87,6 +87,12 @@ class GatewaySettings(ProcessSettings):
     hot_spot_factor: float = Field(
         default=1.5, ge=1, description="scorer: an engine above this times the mean traffic share competes on "
         "load alone (1: no engine may take more than the mean share with its cache)")
+    hot_spot_damping: float = Field(
+        default=0.0, ge=0, le=1, description="scorer: what a hot spot's locality bonus is multiplied by (0: its "
+        "cache is ignored; 0.5 with --locality-weight 2: the engine that would answer this request sooner wins)")
+    engines_share_hardware: bool = Field(
+        default=False, description="scorer: the engines run on the same cores or GPU (e.g. several reference "
+        "engines on one CPU host), so spreading a hot prefix buys no parallelism: the hot-spot guard is off")
     max_sessions: int = Field(default=100_000, gt=0, description="x-session-id -> engine entries kept (LRU)")
     # --- admission ---
     admission: bool = Field(default=True, description="refuse requests predicted to break the SLO (429)")

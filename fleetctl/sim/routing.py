@@ -49,6 +49,7 @@ class RoutingSimConfig:
     balance_abs: int = 64
     balance_rel: float = 1.5
     share_half_life_requests_per_engine: float = 32.0  # the gateway's --share-half-life-requests-per-engine
+    hot_spot_damping: float = 0.0  # the gateway's --hot-spot-damping
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]], config: RoutingSimConf
 
 
 def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None) -> Router:
-    policy = policy or ScorerPolicy()
+    policy = policy or ScorerPolicy(hot_spot_damping=config.hot_spot_damping)
     shares = ShareTracker(config.share_half_life_requests_per_engine, engines=config.engines)
 
     def route(request: SimRequest, t: float, engines: Sequence[SimEngine]) -> int:

@@ -69,6 +69,26 @@ def test_hot_spot_loses_its_locality_bonus():
     assert unguarded[0].engine_id == "hot"
 
 
+def test_half_damping_lets_a_hot_spot_keep_what_it_would_answer_sooner():
+    """At damping 0.5 (locality weight 2) a hot spot's hit counts once: the engine that would answer sooner wins."""
+    half = replace(POLICY, hot_spot_damping=0.5)
+    others = [engine("b", recent_share=0.1), engine("c", recent_share=0.1), engine("d", recent_share=0.1)]
+    idle_hot = RoutingSnapshot([engine("hot", cached_blocks=14, recent_share=0.7), *others])
+    ranked = rank_engines(REQUEST, idle_hot, half)
+    assert ranked[0].engine_id == "hot" and ranked[0].hot_spot_damped
+    assert rank_engines(REQUEST, idle_hot, POLICY)[0].engine_id != "hot"  # the default ignores its cache
+    busy_hot = RoutingSnapshot([engine("hot", cached_blocks=14, recent_share=0.7, queued_prefill_tokens=2000), *others])
+    assert rank_engines(REQUEST, busy_hot, half)[0].engine_id != "hot"  # a second of queue > 0.11 s recompute
+
+
+def test_engines_sharing_hardware_have_no_hot_spot_guard():
+    hot = engine("hot", cached_blocks=14, recent_share=0.9)
+    snapshot = RoutingSnapshot([hot, engine("b", recent_share=0.05), engine("c", recent_share=0.05)])
+    ranked = rank_engines(REQUEST, snapshot, replace(POLICY, engines_share_hardware=True))
+    assert ranked[0].engine_id == "hot" and not any(r.hot_spot_damped for r in ranked)
+    assert rank_engines(REQUEST, snapshot, POLICY)[0].engine_id != "hot"  # own hardware: the guard spills it
+
+
 def test_session_sticks_within_margin_and_not_beyond():
     snapshot = RoutingSnapshot([engine("a", cached_blocks=14), engine("b", cached_blocks=13)], sessions={"s1": "b"})
     ranked = rank_engines(replace(REQUEST, session_id="s1"), snapshot, POLICY)
