@@ -327,34 +327,45 @@ def isolated_floor(engines: list[Proc], model: str, blocks: BlockText, workload:
 # --- one run ----------------------------------------------------------------------------------------------
 
 
+def split_policy(policy: str) -> tuple[str, list[str]]:
+    """`gateway+--hot-spot-factor=1.2+--engines-share-hardware` -> ("gateway", [the flags]): a gateway variant,
+    run beside the default gateway and the peers in the same run, so candidates share the run's machine state."""
+    base, *flags = policy.split("+")
+    if flags and base != "gateway":
+        raise ValueError(f"{policy}: only the gateway takes extra flags")
+    if base not in POLICIES:
+        raise ValueError(f"{policy}: unknown policy; known: {', '.join(POLICIES)}")
+    return base, flags
+
+
 def run_policy(policy: str, procs: Procs, engines: list[Proc], workload: list[Req], model: str,
                gateway_flags: list[str], explain: bool = False) -> dict[str, Any]:
     router: Proc | None = None
-    if policy == "gateway":
-        router = start_gateway(procs, engines, gateway_flags)
+    base, variant_flags = split_policy(policy)
+    is_gateway = base == "gateway"
+    if is_gateway:
+        router = start_gateway(procs, engines, [*gateway_flags, *variant_flags])
         router.extra["model_name"] = model
         warm_router(router, model)
-    elif policy in ("sglang", "vllm"):
-        router = start_peer_router(procs, policy, engines)
-    elif policy != "round_robin":
-        raise ValueError(policy)
+    elif base in ("sglang", "vllm"):
+        router = start_peer_router(procs, base, engines)
     try:
         wait_idle(engines)
         reset_caches(engines)
         time.sleep(2.0)  # the gateway's index applies AllBlocksCleared; its probes see idle engines
-        gateway_before = scrape(router.url) if policy == "gateway" else None
+        gateway_before = scrape(router.url) if is_gateway else None
         before = engine_counters(engines)
         urls = [e.url for e in engines]
         target = (lambda i: urls[i % len(urls)]) if router is None else (lambda i: router.url)
         log(f"run {policy}: {len(workload)} requests over {workload[-1].arrival_s:.0f}s")
         load_before = os.getloadavg()[0]
-        results, makespan = asyncio.run(replay(workload, target, model, explain and policy == "gateway"))
+        results, makespan = asyncio.run(replay(workload, target, model, explain and is_gateway))
         load_after = os.getloadavg()[0]
         wait_idle(engines)
         after = engine_counters(engines)
         summary = summarise(policy, results, makespan, before, after, workload)
         summary["loadavg_1m"] = [load_before, load_after]  # the machine is shared: other jobs' load, for the reader
-        if policy == "gateway":
+        if is_gateway:
             summary["gateway"] = gateway_counters(gateway_before, scrape(router.url))
             if explain:
                 summary["diagnosis"] = diagnose(workload, results)
@@ -548,7 +559,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="a generated shape's seed")
     p.add_argument("--testbed", default="shared", choices=("shared", "independent"),
                    help="shared: --engines engines on every CPU; independent: 2 engines, each pinned to its own CPU")
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(POLICIES),
+                   help="comma-separated; a gateway variant is gateway+FLAG[+FLAG], e.g. gateway+--hot-spot-factor=1.2")
     p.add_argument("--rounds", type=int, default=1, help="repeat the policies, in reversed order every other round")
     p.add_argument("--latency-trials", type=int, default=300, help="paired trials per prompt form (0: skip)")
     p.add_argument("--latency-engines", default="1,4",
@@ -572,6 +584,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for policy in policies:  # refuse a bad name before minutes of set-up
+        try:
+            split_policy(policy)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
     blocks = BlockText(reference_tokenizer_dir(), args.block_tokens)
     workload = build_workload(args, blocks)
     shape = workload_summary(workload)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks.routing import aggregate, shape_goals
+import pytest
+
+from benchmarks.routing import aggregate, shape_goals, split_policy
 
 
 def runs(p90s: dict[str, list[float]]) -> list[dict]:
@@ -46,3 +48,13 @@ def test_rag_is_also_held_to_round_robin():
     met = goals("rag", "shared", {"gateway": [1.0], "sglang": [1.2], "vllm": [1.3], "round_robin": [0.9]})
     assert met["p90_ttft_vs_best_peer"]["met"] and not met["p90_ttft_vs_round_robin"]["met"]
     assert "p90_ttft_vs_round_robin" not in goals("agent", "shared", {"gateway": [1.0], "sglang": [1.2], "round_robin": [0.9]})
+
+
+def test_a_gateway_variant_carries_its_flags_and_nothing_else_may():
+    assert split_policy("gateway") == ("gateway", [])
+    assert split_policy("gateway+--hot-spot-factor=1.2+--engines-share-hardware") == (
+        "gateway", ["--hot-spot-factor=1.2", "--engines-share-hardware"])
+    with pytest.raises(ValueError, match="only the gateway"):
+        split_policy("sglang+--policy=random")
+    with pytest.raises(ValueError, match="unknown policy"):
+        split_policy("nginx")
