@@ -89,6 +89,7 @@ OUT = RESULTS / "routing.json"
 TRACE = "mooncake_synthetic.jsonl"
 ENGINE_BLOCK = 16
 POLICIES = ("gateway", "sglang", "vllm", "round_robin")
+PEERS = ("sglang", "vllm")  # the peer routers: started from .peers/, and the gateway's yardstick
 GOALS = {"p90_ttft_vs_best_peer": 0.8, "hit_rate_vs_oracle": 0.9, "busiest_vs_mean_share": 1.5, "added_latency_p50_ms": 2.0}
 
 
@@ -347,7 +348,7 @@ def run_policy(policy: str, procs: Procs, engines: list[Proc], workload: list[Re
         router = start_gateway(procs, engines, [*gateway_flags, *variant_flags])
         router.extra["model_name"] = model
         warm_router(router, model)
-    elif base in ("sglang", "vllm"):
+    elif base in PEERS:
         router = start_peer_router(procs, base, engines)
     try:
         wait_idle(engines)
@@ -464,7 +465,7 @@ def added_latency(procs: Procs, args: argparse.Namespace, blocks: BlockText, num
         text_body = {"model": model, "prompt": blocks.text(ids), "max_tokens": 1, "temperature": 0, "stream": True}
         for engine in engines:
             engine.extra["model_name"] = model
-        for peer in ("sglang", "vllm"):  # the same measurement through each peer, for scale (text prompt)
+        for peer in PEERS:  # the same measurement through each peer, for scale (text prompt)
             try:
                 router = start_peer_router(procs, peer, engines)
             except (RuntimeError, TimeoutError, OSError) as exc:  # OSError: the peer router is not installed
@@ -614,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
                 try:
                     summary = run_policy(policy, procs, engines, workload, model, gateway_flags, args.explain)
                 except (RuntimeError, TimeoutError, OSError) as exc:  # OSError: the peer router is not installed
-                    if policy not in ("sglang", "vllm"):
+                    if policy not in PEERS:
                         raise
                     peer_failures[policy] = str(exc)[:2000]
                     log(f"{policy} could not run: {exc}")
@@ -644,7 +645,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [r for r in runs if r["policy"] == policy]
         row: dict[str, Any] = {"policy": policy, "rounds": len(mine)}
         for key in keys:
-            row[key] = sum(r.get(key, math.nan) for r in mine) / len(mine)
+            row[key] = sum(r[key] for r in mine) / len(mine)
         p90s = [r["ttft_p90_s"] for r in mine]
         row["ttft_p90_spread_s"] = max(p90s) - min(p90s)
         out[policy] = row
@@ -662,7 +663,7 @@ def shape_goals(shape: str, testbed: str, table: dict[str, dict[str, Any]], runs
     (times BALANCE_MARGIN on the independent testbed for BALANCE_SHAPES); in no round worse than that round's
     best peer by more than the peers' own round-to-round spread; on RAG no worse than round robin."""
     ours = table["gateway"]
-    peers = [table[p] for p in ("sglang", "vllm") if p in table]
+    peers = [table[p] for p in PEERS if p in table]
     best = min(peers, key=lambda r: r["ttft_p90_s"])
     limit = BALANCE_MARGIN if testbed == "independent" and shape in BALANCE_SHAPES else 1.0
     ratio = ours["ttft_p90_s"] / best["ttft_p90_s"]
@@ -672,9 +673,9 @@ def shape_goals(shape: str, testbed: str, table: dict[str, dict[str, Any]], runs
     worst_excess = -math.inf
     for round_no in sorted({r["round"] for r in runs}):
         mine = {r["policy"]: r["ttft_p90_s"] for r in runs if r["round"] == round_no}
-        if "gateway" in mine and any(p in mine for p in ("sglang", "vllm")):
-            round_best = min(mine[p] for p in ("sglang", "vllm") if p in mine)
-            worst_excess = max(worst_excess, mine["gateway"] - round_best)
+        round_peers = [mine[p] for p in PEERS if p in mine]
+        if "gateway" in mine and round_peers:
+            worst_excess = max(worst_excess, mine["gateway"] - min(round_peers))
     goals["worst_round_p90_excess_s"] = {"value": worst_excess, "goal": f"<= peers' spread {spread:.3f}",
                                          "met": worst_excess <= spread}
     if shape == "rag" and "round_robin" in table:
@@ -689,7 +690,7 @@ def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dic
     oracle = shape["oracle_hit_rate"]
     for row in table.values():
         row["hit_vs_oracle"] = row["hit_rate"] / oracle if oracle else math.nan
-    peers = [table[p] for p in ("sglang", "vllm") if p in table]
+    peers = [table[p] for p in PEERS if p in table]
     goals: dict[str, Any] = {}
     if "gateway" in table:
         ours = table["gateway"]
