@@ -48,6 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hot-spot-damping", default="",
                    help="also run the gateway with its hot-spot guard's damping at these values (comma-separated; "
                         "the gateway's default is 0: a hot spot's cache is ignored)")
+    p.add_argument("--shared-prefix-requests", default="",
+                   help="also run the gateway pricing a shared prefix's miss as spread over its recent requests, "
+                        "at these values of S (comma-separated; the gateway's default is 0: off)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
                          for per in [p.strip() for p in args.half_life_per_engine.split(",") if p.strip()]]
             variants += [(f"gateway damping {d}", replace(config, hot_spot_damping=float(d)))
                          for d in [d.strip() for d in args.hot_spot_damping.split(",") if d.strip()]]
+            variants += [(f"gateway shared {v}", replace(config, shared_prefix_requests=float(v)))
+                         for v in [v.strip() for v in args.shared_prefix_requests.split(",") if v.strip()]]
             for label, variant in variants:
                 t0 = time.time()
                 router = make_router(label.split(" ")[0], variant)

@@ -38,6 +38,18 @@ hardware (`engines_share_hardware`: several engines on the same cores or GPU): t
 parallelism, only a recomputed prefix (on benchmarks/routing.py's shared testbed the guard's diversions were
 most of the agent-session tail; docs/benchmarks.md).
 
+Shared prefixes (`shared_prefix_requests` S > 0): a prefix that many recent requests began with (a tenant's
+system prompt, a document every RAG query cites) is worth caching on every engine, since a miss on it is
+paid once per engine and then serves every later request that shares it. So a holder's locality bonus is
+multiplied by min(1, S / p), where p is the number of recent requests that began with the prefix it holds
+for this request (`RouteRequest.prefix_requests`, prefix_popularity.py): the recompute is priced as spread
+over the requests that will reuse it, and the request goes where the load is lower. A session's history
+(p = its few earlier turns) keeps its full price. Like the guard, this is off where engines share hardware.
+
+Running decodes: `seconds_per_running` prices each, unless `running_cost_steps` > 0 prices it as that many
+of the engine's measured decode steps (`EngineView.decode_step_s`; on a one-core engine a running decode
+costs a new request far more than a GPU's few milliseconds).
+
 Ties (equal scores) go to the lower recent share, then the longer cached prefix, then the engine id.
 Sessions stick to their previous engine when its score is within `session_margin_s` of the best.
 """
@@ -60,6 +72,8 @@ class RouteRequest:
     session_id: str | None = None  # x-session-id
     class_ref: str | None = None  # only engines of this class (choose_class picked it); None: any
     roles: frozenset[str] | None = None  # only engines with these roles; None: any
+    # recent requests that began with each prefix of block_hashes (PrefixPopularity.counts); () when unknown
+    prefix_requests: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,7 @@ class EngineView:
     # of cached_blocks, those the engine will fetch from its node's tiers, by medium (PrefixHit.tier_blocks)
     tier_blocks: tuple[tuple[str, int], ...] = ()
     tier_fetch_s: tuple[tuple[str, float], ...] = ()  # measured seconds per block fetched, by medium
+    decode_step_s: float = 0.0  # the engine's measured seconds per decode step; 0: unknown
 
     @property
     def memory_blocks(self) -> int:
@@ -106,6 +121,8 @@ class ScorerPolicy:
     hot_spot_factor: float = 1.5  # an engine above factor x mean share is a hot spot
     hot_spot_damping: float = 0.0  # multiplier of a hot spot's locality bonus
     engines_share_hardware: bool = False  # True: no hot-spot guard (a spill would buy no parallelism)
+    shared_prefix_requests: float = 0.0  # S: a prefix p recent requests began with costs min(1, S/p); 0: off
+    running_cost_steps: float = 0.0  # a running decode costs this many measured decode steps; 0: seconds_per_running
     session_margin_s: float = 0.25  # a session keeps its engine when within this of the best score
     default_prefill_tokens_per_s: float = 2000.0  # when an engine has no throughput estimate yet
     # seconds to fetch one block from a node tier, until the engine has measured its own (benchmarks/kv_tiers.py
@@ -160,20 +177,21 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
     fetch_s = tier_fetch_seconds(engine, policy)
     work_s = (engine.queued_prefill_tokens + request.num_prompt_tokens) / throughput + fetch_s
     damped = engine.cached_blocks > 0 and engine.recent_share > hot_share
-    locality = policy.locality_weight * (policy.hot_spot_damping if damped else 1.0) * saved_s
+    shared = shared_prefix_factor(request, engine, policy)
+    locality = policy.locality_weight * (policy.hot_spot_damping if damped else 1.0) * shared * saved_s
     kv_penalty = policy.kv_full_penalty_s * kv_pressure(engine.kv_cache_usage, policy.kv_soft_limit) ** 2
     score = (
         locality
         - policy.prefill_weight * work_s
         - policy.seconds_per_waiting * engine.num_waiting
-        - policy.seconds_per_running * engine.num_running
+        - running_cost_s(engine, policy) * engine.num_running
         - kv_penalty
     )
     predicted_prefill_s = work_s - saved_s
     return RankedEngine(
         engine_id=engine.engine_id,
         score=score,
-        reason=describe(request, engine, predicted_prefill_s, damped, kv_penalty > 0),
+        reason=describe(request, engine, predicted_prefill_s, damped, kv_penalty > 0, shared),
         cached_blocks=engine.cached_blocks,
         predicted_prefill_s=predicted_prefill_s,
         hot_spot_damped=damped,
@@ -181,6 +199,24 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
         tier_blocks=engine.tier_blocks,
         fetch_s=fetch_s,
     )
+
+
+def shared_prefix_factor(request: RouteRequest, engine: EngineView, policy: ScorerPolicy) -> float:
+    """min(1, S / p) for the prefix this engine holds (1 when off, unknown, or the engines share hardware)."""
+    if policy.shared_prefix_requests <= 0 or policy.engines_share_hardware or engine.cached_blocks <= 0:
+        return 1.0
+    held = min(engine.cached_blocks, len(request.prefix_requests))
+    if held <= 0:
+        return 1.0
+    popularity = request.prefix_requests[held - 1]
+    return min(1.0, policy.shared_prefix_requests / popularity) if popularity > 0 else 1.0
+
+
+def running_cost_s(engine: EngineView, policy: ScorerPolicy) -> float:
+    """Seconds one running decode costs a new request on this engine."""
+    if policy.running_cost_steps > 0 and engine.decode_step_s > 0:
+        return policy.running_cost_steps * engine.decode_step_s
+    return policy.seconds_per_running
 
 
 def tier_fetch_seconds(engine: EngineView, policy: ScorerPolicy) -> float:
@@ -202,7 +238,8 @@ def kv_pressure(usage: float, soft_limit: float) -> float:
     return min(1.0, (usage - soft_limit) / max(1e-9, 1.0 - soft_limit))
 
 
-def describe(request: RouteRequest, engine: EngineView, prefill_s: float, damped: bool, kv_tight: bool) -> str:
+def describe(request: RouteRequest, engine: EngineView, prefill_s: float, damped: bool, kv_tight: bool,
+             shared: float = 1.0) -> str:
     held = f"{engine.cached_blocks}/{len(request.block_hashes)} blocks cached"
     if engine.tier_blocks:
         held += " (" + ", ".join(f"{n} in {medium}" for medium, n in engine.tier_blocks) + " tier)"
@@ -217,6 +254,8 @@ def describe(request: RouteRequest, engine: EngineView, prefill_s: float, damped
         parts.append("kv nearly full")
     if damped:
         parts.append("hot-spot damped")
+    if shared < 1.0:
+        parts.append(f"shared prefix (x{shared:.2f})")
     return ", ".join(parts)
 
 

@@ -38,6 +38,7 @@ from fleetctl.gateway.hash_check import HashChecks
 from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex
+from fleetctl.gateway.prefix_popularity import PrefixPopularity
 from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_model
 from fleetctl.gateway.probes import EngineProber
 from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
@@ -108,9 +109,8 @@ class GatewayService:
         self.tokenizers = tokenizers or Tokenizers(client)
         self.shares = ShareTracker(settings.share_half_life_requests_per_engine)
         self.sessions = SessionMap(settings.max_sessions)
-        self.policy = ScorerPolicy(locality_weight=settings.locality_weight, hot_spot_factor=settings.hot_spot_factor,
-                                   hot_spot_damping=settings.hot_spot_damping,
-                                   engines_share_hardware=settings.engines_share_hardware)
+        self.policy = scorer_policy_of(settings)
+        self.popularity = PrefixPopularity()
         self.peer_policy = PeerFetchPolicy()
         self.mean_prompt_tokens: float | None = None
         self.class_rates: dict[str, ClassRates] = {}  # class_ref -> pooled rate estimates of its engines
@@ -190,6 +190,8 @@ class GatewayService:
             if name not in self.engines and url is not None:
                 self.engines[name] = EngineLive(name, url, clock=self.clock)
         self.shares.engines = len(self.engines)
+        # prefix counts decay over as many requests as the traffic shares do
+        self.popularity.half_life_requests = self.shares.half_life_requests
 
     def _on_rates(self, live: EngineLive, rates: SampleRates) -> None:
         class_ref = self._engine_class.get(live.name)
@@ -279,13 +281,19 @@ class GatewayService:
         hashes = prompt_block_hashes(prompt_ids, self._block_size(routes, spec), self.settings.hash_seed)
         candidates = self._candidates(routes, spec, hashes, self.estimates(class_ref))
         mode = choose_mode(model_route.pd, pd_disabled_by_flag(table.flags, model), list(candidates.values()))
-        route_request = RouteRequest(hashes, len(prompt_ids), session_id)
+        route_request = RouteRequest(hashes, len(prompt_ids), session_id, prefix_requests=self._prefix_requests(hashes))
         plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()),
                           scorer_policy(self.policy, table.flags), self.slo(table.flags),
                           self.sessions.as_mapping(session_id))
+        if self.policy.shared_prefix_requests > 0:
+            self.popularity.record(hashes)
         peer_fetch = self._peer_fetch(plan, candidates, table.engines_of(model), hashes, spec)
         return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes,
                         dict(table.flags), peer_fetch)
+
+    def _prefix_requests(self, hashes: list[int]) -> tuple[float, ...]:
+        """Recent requests that began with each prefix of this prompt; () when the scorer does not use them."""
+        return self.popularity.counts(hashes) if self.policy.shared_prefix_requests > 0 else ()
 
     def _peer_fetch(self, plan: RoutePlan, candidates: dict[str, Candidate], engines: list[EngineRoute],
                     hashes: list[int], spec: ReplicaClassSpec) -> CrossNodeFetch | None:
@@ -361,6 +369,15 @@ class GatewayService:
         missing = [name for name in prepared.routes if name not in self.engines]
         parts += [f"{name}: not ready" for name in missing]
         return "; ".join(parts) or "the class has no engine"
+
+
+# GatewaySettings fields that are ScorerPolicy fields of the same name and meaning
+SCORER_SETTINGS = ("locality_weight", "hot_spot_factor", "hot_spot_damping", "engines_share_hardware",
+                   "shared_prefix_requests", "running_cost_steps", "default_prefill_tokens_per_s")
+
+
+def scorer_policy_of(settings: GatewaySettings) -> ScorerPolicy:
+    return ScorerPolicy(**{name: getattr(settings, name) for name in SCORER_SETTINGS})
 
 
 def should_shed(fraction: float, draw: float) -> bool:

@@ -93,6 +93,12 @@ class GatewaySettings(ProcessSettings):
     engines_share_hardware: bool = Field(
         default=False, description="scorer: the engines run on the same cores or GPU (e.g. several reference "
         "engines on one CPU host), so spreading a hot prefix buys no parallelism: the hot-spot guard is off")
+    shared_prefix_requests: float = Field(
+        default=0.0, ge=0, description="scorer: a prefix that p recent requests began with has its cache bonus "
+        "multiplied by min(1, this / p), so a popular shared prefix spreads to less loaded engines (0: off)")
+    running_cost_steps: float = Field(
+        default=0.0, ge=0, description="scorer: a running decode costs a new request this many of the engine "
+        "class's measured decode steps (0: a fixed 5 ms)")
     max_sessions: int = Field(default=100_000, gt=0, description="x-session-id -> engine entries kept (LRU)")
     # --- admission ---
     admission: bool = Field(default=True, description="refuse requests predicted to break the SLO (429)")

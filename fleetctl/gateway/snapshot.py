@@ -50,6 +50,7 @@ def engine_view(route: EngineRoute, live: EngineLive, spec: ReplicaClassSpec, hi
         block_size=block_size_of(live, spec),
         tier_blocks=hit.tier_blocks,
         tier_fetch_s=live.sample.tier_fetch_s if live.sample is not None else (),
+        decode_step_s=estimates.decode_step_s,
     )
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetctl.gateway.scorer import EngineView, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
+from fleetctl.gateway.prefix_popularity import PrefixPopularity
 from fleetctl.gateway.traffic import ShareTracker
 
 POLICIES = ("gateway", "cache_aware", "round_robin")
@@ -50,6 +51,8 @@ class RoutingSimConfig:
     balance_rel: float = 1.5
     share_half_life_requests_per_engine: float = 32.0  # the gateway's --share-half-life-requests-per-engine
     hot_spot_damping: float = 0.0  # the gateway's --hot-spot-damping
+    shared_prefix_requests: float = 0.0  # the gateway's --shared-prefix-requests
+    running_cost_steps: float = 0.0  # the gateway's --running-cost-steps
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,11 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]], config: RoutingSimConf
 
 
 def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None) -> Router:
-    policy = policy or ScorerPolicy(hot_spot_damping=config.hot_spot_damping)
+    policy = policy or ScorerPolicy(hot_spot_damping=config.hot_spot_damping,
+                                    shared_prefix_requests=config.shared_prefix_requests,
+                                    running_cost_steps=config.running_cost_steps)
     shares = ShareTracker(config.share_half_life_requests_per_engine, engines=config.engines)
+    popularity = PrefixPopularity(shares.half_life_requests)
 
     def route(request: SimRequest, t: float, engines: Sequence[SimEngine]) -> int:
         names = [e.name for e in engines]
@@ -125,10 +131,14 @@ def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None)
             num_waiting=e.waiting_at(t), kv_cache_usage=min(1.0, len(e.cache) / config.cache_blocks),
             queued_prefill_tokens=int(max(0.0, e.free_at - t) * config.prefill_tokens_per_s),
             prefill_tokens_per_s=config.prefill_tokens_per_s, cached_blocks=e.cached_blocks(request.blocks),
-            recent_share=share[e.name], block_size=config.block_tokens) for e in engines]
-        route_request = RouteRequest(request.blocks, len(request.blocks) * config.block_tokens)
+            recent_share=share[e.name], block_size=config.block_tokens, decode_step_s=config.decode_step_s)
+            for e in engines]
+        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))]  # trace ids are not chained
+        route_request = RouteRequest(request.blocks, len(request.blocks) * config.block_tokens,
+                                     prefix_requests=popularity.counts(prefixes))
         chosen = rank_engines(route_request, RoutingSnapshot(views), policy)[0].engine_id
         shares.record(chosen)
+        popularity.record(prefixes)
         return names.index(chosen)
 
     return route

@@ -58,3 +58,18 @@ def test_a_gateway_variant_carries_its_flags_and_nothing_else_may():
         split_policy("sglang+--policy=random")
     with pytest.raises(ValueError, match="unknown policy"):
         split_policy("nginx")
+
+
+def test_proxied_round_robin_is_a_peer_and_the_clients_round_robin_is_not():
+    p90s = {"gateway": [1.0], "sglang": [1.2], "vllm": [1.3], "sglang_rr": [0.9], "round_robin": [0.5]}
+    met = goals("agent", "shared", p90s)
+    assert met["p90_ttft_vs_best_peer"]["best_peer"] == "sglang_rr" and not met["p90_ttft_vs_best_peer"]["met"]
+    rag = goals("rag", "shared", {"gateway": [1.0], "sglang": [1.2], "sglang_rr": [1.1], "round_robin": [0.95]})
+    assert rag["p90_ttft_vs_round_robin"]["value"] == pytest.approx(1.0 / 0.95)  # the lower of the two
+
+
+def test_the_testbed_tells_the_gateway_its_topology_and_a_variant_may_override_it():
+    from benchmarks.routing import POLICIES, TOPOLOGY_FLAG
+
+    assert TOPOLOGY_FLAG == {"shared": "--engines-share-hardware", "independent": "--engines-own-hardware"}
+    assert "sglang_rr" in POLICIES and split_policy("sglang_rr") == ("sglang_rr", [])

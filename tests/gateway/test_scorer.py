@@ -100,6 +100,42 @@ def test_session_sticks_within_margin_and_not_beyond():
     assert order(rank_engines(replace(REQUEST, session_id="s1"), gone, POLICY)) == ["a"]
 
 
+def test_a_popular_shared_prefix_goes_where_the_load_is_lower():
+    # a system prompt 30 recent requests began with, held by a busy engine; the idle one would recompute it once
+    popular = replace(REQUEST, prefix_requests=(30.0,) * 14)
+    snapshot = RoutingSnapshot([engine("holder", cached_blocks=12, num_waiting=2, num_running=2),
+                                engine("idle")])
+    assert order(rank_engines(popular, snapshot, POLICY)) == ["holder", "idle"]  # off by default
+    ranked = rank_engines(popular, snapshot, replace(POLICY, shared_prefix_requests=2.0))
+    assert order(ranked) == ["idle", "holder"]
+    assert "shared prefix (x0.07)" in ranked[1].reason
+
+
+def test_a_sessions_own_history_keeps_its_full_price():
+    # each prefix began only the session's two earlier turns: no spreading, the holder keeps it
+    history = replace(REQUEST, prefix_requests=(2.0,) * 14)
+    snapshot = RoutingSnapshot([engine("holder", cached_blocks=12, num_waiting=2, num_running=2), engine("idle")])
+    ranked = rank_engines(history, snapshot, replace(POLICY, shared_prefix_requests=2.0))
+    assert order(ranked) == ["holder", "idle"] and "shared prefix" not in ranked[0].reason
+
+
+def test_shared_prefix_pricing_is_off_where_engines_share_hardware():
+    popular = replace(REQUEST, prefix_requests=(30.0,) * 14)
+    snapshot = RoutingSnapshot([engine("holder", cached_blocks=12, num_waiting=2, num_running=2), engine("idle")])
+    policy = replace(POLICY, shared_prefix_requests=2.0, engines_share_hardware=True)
+    assert order(rank_engines(popular, snapshot, policy)) == ["holder", "idle"]
+
+
+def test_running_decodes_priced_in_measured_decode_steps():
+    # 2 running decodes at 100 ms a step outweigh a 2-block hit once each costs a step, not a fixed 5 ms
+    snapshot = RoutingSnapshot([engine("busy", cached_blocks=2, num_running=2, decode_step_s=0.1),
+                                engine("idle", decode_step_s=0.1)])
+    assert order(rank_engines(REQUEST, snapshot, POLICY)) == ["busy", "idle"]
+    assert order(rank_engines(REQUEST, snapshot, replace(POLICY, running_cost_steps=1.0))) == ["idle", "busy"]
+    unmeasured = RoutingSnapshot([replace(e, decode_step_s=0.0) for e in snapshot.engines])
+    assert order(rank_engines(REQUEST, unmeasured, replace(POLICY, running_cost_steps=1.0))) == ["busy", "idle"]
+
+
 # --- properties ---
 
 loads = st.fixed_dictionaries({
@@ -123,6 +159,21 @@ def test_longer_cached_prefix_never_ranks_lower_at_equal_load(load, c1, c2, prom
     shorter, longer = sorted((c1, c2))
     a, b = engine("a", cached_blocks=longer, **load), engine("b", cached_blocks=shorter, **load)
     ranked = order(rank_engines(replace(REQUEST, num_prompt_tokens=prompt_tokens), with_others([a, b] if a_first else [b, a], extra), POLICY))
+    assert ranked.index("a") < ranked.index("b")
+
+
+# recent requests per prefix along a 14-block chain never rise (a longer prefix began fewer requests)
+popularities = st.lists(st.floats(0.0, 100.0), min_size=14, max_size=14).map(lambda xs: tuple(sorted(xs, reverse=True)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(loads, st.integers(0, 14), st.integers(0, 14), popularities, st.floats(0.0, 8.0), st.floats(0.0, 3.0), others)
+def test_longer_cached_prefix_never_ranks_lower_with_shared_prefix_pricing(load, c1, c2, popularity, shared, steps, extra):
+    shorter, longer = sorted((c1, c2))
+    a = engine("a", cached_blocks=longer, decode_step_s=0.05, **load)
+    b = engine("b", cached_blocks=shorter, decode_step_s=0.05, **load)
+    policy = replace(POLICY, shared_prefix_requests=shared, running_cost_steps=steps)
+    ranked = order(rank_engines(replace(REQUEST, prefix_requests=popularity), with_others([b, a], extra), policy))
     assert ranked.index("a") < ranked.index("b")
 
 
@@ -259,3 +310,18 @@ def test_a_tier_hit_outranks_recompute_exactly_when_locality_outweighs_its_fetch
         assert first == "tiered"
     elif worth < -1e-9:
         assert first == "cold"
+
+
+def test_every_scorer_setting_of_the_gateway_reaches_the_policy_with_the_same_default():
+    from dataclasses import fields
+
+    from fleetctl.gateway.service import SCORER_SETTINGS, scorer_policy_of
+    from fleetctl.gateway.settings import GatewaySettings
+
+    policy_fields = {f.name: f.default for f in fields(ScorerPolicy)}
+    shared = set(GatewaySettings.model_fields) & set(policy_fields)
+    assert shared == set(SCORER_SETTINGS)  # no knob left out of the mapping
+    defaults = GatewaySettings(static_engines=("http://127.0.0.1:1",))
+    assert scorer_policy_of(defaults) == ScorerPolicy()
+    tuned = GatewaySettings(static_engines=("http://127.0.0.1:1",), shared_prefix_requests=3.0, running_cost_steps=1.5)
+    assert (scorer_policy_of(tuned).shared_prefix_requests, scorer_policy_of(tuned).running_cost_steps) == (3.0, 1.5)
