@@ -695,15 +695,20 @@ BALANCE_SHAPES = ("agent", "system_prompt")
 BALANCE_MARGIN = 0.8
 
 
+def best_peer(table: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The peer router with the lowest mean P90 TTFT (None when no peer ran)."""
+    peers = [table[p] for p in PEERS if p in table]
+    return min(peers, key=lambda r: r["ttft_p90_s"]) if peers else None
+
+
 def shape_goals(shape: str, testbed: str, table: dict[str, dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The tail goals of a generated shape: the gateway's P90 TTFT (mean over rounds) at most the best peer's
     (times BALANCE_MARGIN on the independent testbed for BALANCE_SHAPES); in no round worse than that round's
     best peer by more than the peers' own round-to-round spread; on RAG no worse than round robin (the lower
     of the client's and the proxy's). The peers are the proxies of PEERS; the client's round robin, which
     skips a proxy hop, is held against the gateway on RAG only."""
-    ours = table["gateway"]
-    peers = [table[p] for p in PEERS if p in table]
-    best = min(peers, key=lambda r: r["ttft_p90_s"])
+    ours, peers = table["gateway"], [table[p] for p in PEERS if p in table]
+    best = best_peer(table)
     limit = BALANCE_MARGIN if testbed == "independent" and shape in BALANCE_SHAPES else 1.0
     ratio = ours["ttft_p90_s"] / best["ttft_p90_s"]
     goals: dict[str, Any] = {"p90_ttft_vs_best_peer": {"value": ratio, "best_peer": best["policy"], "goal": f"<= {limit}",
@@ -730,14 +735,13 @@ def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dic
     oracle = shape["oracle_hit_rate"]
     for row in table.values():
         row["hit_vs_oracle"] = row["hit_rate"] / oracle if oracle else math.nan
-    peers = [table[p] for p in PEERS if p in table]
     goals: dict[str, Any] = {}
+    best = best_peer(table)
     if "gateway" in table:
         ours = table["gateway"]
-        if peers and args.shape != "trace":
+        if best is not None and args.shape != "trace":
             goals.update(shape_goals(args.shape, args.testbed, table, runs))
-        elif peers:
-            best = min(peers, key=lambda r: r["ttft_p90_s"])
+        elif best is not None:
             ratio = ours["ttft_p90_s"] / best["ttft_p90_s"]
             goals["p90_ttft_vs_best_peer"] = {"value": ratio, "best_peer": best["policy"], "goal": f"<= {GOALS['p90_ttft_vs_best_peer']}",
                                               "met": ratio <= GOALS["p90_ttft_vs_best_peer"],
