@@ -109,6 +109,7 @@ def serve(
     share_half_life_requests_per_engine: Annotated[float | None, _opt(
         "share_half_life_requests_per_engine", "--share-half-life-requests-per-engine")] = None,
     shared_prefix_requests: Annotated[float | None, _opt("shared_prefix_requests", "--shared-prefix-requests")] = None,
+    shared_hardware_own_load: Annotated[float | None, _opt("shared_hardware_own_load", "--shared-hardware-own-load")] = None,
     running_cost_steps: Annotated[float | None, _opt("running_cost_steps", "--running-cost-steps")] = None,
     max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
     hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
@@ -141,7 +142,7 @@ def serve(
                 probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s, table_refresh_s=table_refresh_s,
                 locality_weight=locality_weight, hot_spot_factor=hot_spot_factor, hot_spot_damping=hot_spot_damping,
                 engines_share_hardware=engines_share_hardware, shared_prefix_requests=shared_prefix_requests,
-                running_cost_steps=running_cost_steps,
+                running_cost_steps=running_cost_steps, shared_hardware_own_load=shared_hardware_own_load,
                 share_half_life_requests_per_engine=share_half_life_requests_per_engine, max_sessions=max_sessions, hash_seed=hash_seed,
                 state_dir=state_dir, breakglass_token_file=breakglass_token_file),
     })

@@ -46,6 +46,11 @@ for this request (`RouteRequest.prefix_requests`, prefix_popularity.py): the rec
 over the requests that will reuse it, and the request goes where the load is lower. A session's history
 (p = its few earlier turns) keeps its full price. Like the guard, this is off where engines share hardware.
 
+Where engines share hardware, `shared_hardware_own_load` w < 1 charges each engine w x its own load terms
+(queued prefill, waiting, running) plus (1 - w) x the mean over the eligible engines: their queues draw on
+the same cores, so a request sent to an idle neighbour still waits for the cores the busy one is using,
+while a prefix hit saves that work outright. w = 0 ranks by locality alone with load breaking ties.
+
 Running decodes: `seconds_per_running` prices each, unless `running_cost_steps` > 0 prices it as that many
 of the engine's measured decode steps (`EngineView.decode_step_s`; on a one-core engine a running decode
 costs a new request far more than a GPU's few milliseconds).
@@ -121,6 +126,7 @@ class ScorerPolicy:
     hot_spot_factor: float = 1.5  # an engine above factor x mean share is a hot spot
     hot_spot_damping: float = 0.0  # multiplier of a hot spot's locality bonus
     engines_share_hardware: bool = False  # True: no hot-spot guard (a spill would buy no parallelism)
+    shared_hardware_own_load: float = 1.0  # sharing hardware: weight of an engine's own load vs the pool's mean
     shared_prefix_requests: float = 0.0  # S: a prefix p recent requests began with costs min(1, S/p); 0: off
     running_cost_steps: float = 0.0  # a running decode costs this many measured decode steps; 0: seconds_per_running
     session_margin_s: float = 0.25  # a session keeps its engine when within this of the best score
@@ -150,7 +156,8 @@ def rank_engines(request: RouteRequest, snapshot: RoutingSnapshot, policy: Score
     if not engines:
         return []
     hot_share = math.inf if policy.engines_share_hardware else policy.hot_spot_factor * mean_share(engines)
-    ranked = [score_engine(request, engine, policy, hot_share) for engine in engines]
+    loads = effective_loads(engines, policy)
+    ranked = [score_engine(request, engine, policy, hot_share, load) for engine, load in zip(engines, loads)]
     ranked.sort(key=lambda r: (-r.score, r.recent_share, -r.cached_blocks, r.engine_id))
     return apply_session(ranked, snapshot.sessions.get(request.session_id or ""), policy)
 
@@ -169,25 +176,22 @@ def mean_share(engines: Sequence[EngineView]) -> float:
     return sum(e.recent_share for e in engines) / len(engines)
 
 
-def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy, hot_share: float) -> RankedEngine:
-    """Score one engine; `hot_share` is the share above which its locality bonus is damped."""
-    throughput = engine.prefill_tokens_per_s if engine.prefill_tokens_per_s > 0 else policy.default_prefill_tokens_per_s
+def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy, hot_share: float,
+                 load_s: float | None = None) -> RankedEngine:
+    """Score one engine; `hot_share` is the share above which its locality bonus is damped; `load_s` the load
+    term to charge (default: the engine's own, `engine_load_s`)."""
+    throughput = throughput_of(engine, policy)
     cached_tokens = min(engine.cached_blocks * engine.block_size, request.num_prompt_tokens)
     saved_s = cached_tokens / throughput
     fetch_s = tier_fetch_seconds(engine, policy)
-    work_s = (engine.queued_prefill_tokens + request.num_prompt_tokens) / throughput + fetch_s
+    own_work_s = request.num_prompt_tokens / throughput + fetch_s
     damped = engine.cached_blocks > 0 and engine.recent_share > hot_share
     shared = shared_prefix_factor(request, engine, policy)
     locality = policy.locality_weight * (policy.hot_spot_damping if damped else 1.0) * shared * saved_s
     kv_penalty = policy.kv_full_penalty_s * kv_pressure(engine.kv_cache_usage, policy.kv_soft_limit) ** 2
-    score = (
-        locality
-        - policy.prefill_weight * work_s
-        - policy.seconds_per_waiting * engine.num_waiting
-        - running_cost_s(engine, policy) * engine.num_running
-        - kv_penalty
-    )
-    predicted_prefill_s = work_s - saved_s
+    load = engine_load_s(engine, policy) if load_s is None else load_s
+    score = locality - policy.prefill_weight * own_work_s - load - kv_penalty
+    predicted_prefill_s = engine.queued_prefill_tokens / throughput + own_work_s - saved_s
     return RankedEngine(
         engine_id=engine.engine_id,
         score=score,
@@ -199,6 +203,28 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
         tier_blocks=engine.tier_blocks,
         fetch_s=fetch_s,
     )
+
+
+def throughput_of(engine: EngineView, policy: ScorerPolicy) -> float:
+    return engine.prefill_tokens_per_s if engine.prefill_tokens_per_s > 0 else policy.default_prefill_tokens_per_s
+
+
+def engine_load_s(engine: EngineView, policy: ScorerPolicy) -> float:
+    """Seconds of the engine's own queue ahead of a new request: queued prefill work, waiting and running."""
+    return (policy.prefill_weight * engine.queued_prefill_tokens / throughput_of(engine, policy)
+            + policy.seconds_per_waiting * engine.num_waiting
+            + running_cost_s(engine, policy) * engine.num_running)
+
+
+def effective_loads(engines: Sequence[EngineView], policy: ScorerPolicy) -> list[float]:
+    """The load term each engine is charged. Where engines share hardware, their queues draw on the same cores,
+    so an engine's load counts `shared_hardware_own_load` of its own and the rest as the pool's mean."""
+    own = [engine_load_s(e, policy) for e in engines]
+    if not policy.engines_share_hardware or policy.shared_hardware_own_load >= 1.0:
+        return own
+    pool = sum(own) / len(own)
+    weight = policy.shared_hardware_own_load
+    return [weight * load + (1.0 - weight) * pool for load in own]
 
 
 def shared_prefix_factor(request: RouteRequest, engine: EngineView, policy: ScorerPolicy) -> float:

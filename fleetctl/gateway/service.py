@@ -373,7 +373,8 @@ class GatewayService:
 
 # GatewaySettings fields that are ScorerPolicy fields of the same name and meaning
 SCORER_SETTINGS = ("locality_weight", "hot_spot_factor", "hot_spot_damping", "engines_share_hardware",
-                   "shared_prefix_requests", "running_cost_steps", "default_prefill_tokens_per_s")
+                   "shared_prefix_requests", "running_cost_steps", "default_prefill_tokens_per_s",
+                   "shared_hardware_own_load")
 
 
 def scorer_policy_of(settings: GatewaySettings) -> ScorerPolicy:

@@ -120,6 +120,7 @@ def test_usage_errors_exit_2() -> None:
     (["--hot-spot-damping", "1.5"], "hot_spot_damping must be <= 1"),
     (["--shared-prefix-requests", "-1"], "shared_prefix_requests must be >= 0"),
     (["--running-cost-steps", "-0.5"], "running_cost_steps must be >= 0"),
+    (["--shared-hardware-own-load", "2"], "shared_hardware_own_load must be <= 1"),
 ])
 def test_gateway_serve_refuses_bad_scorer_weights_with_one_line(flags: list[str], says: str) -> None:
     result = CliRunner().invoke(app, ["gateway", "serve", "--engines", "http://127.0.0.1:1", *flags])

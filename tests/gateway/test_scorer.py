@@ -89,6 +89,20 @@ def test_engines_sharing_hardware_have_no_hot_spot_guard():
     assert rank_engines(REQUEST, snapshot, POLICY)[0].engine_id != "hot"  # own hardware: the guard spills it
 
 
+def test_engines_sharing_hardware_can_price_load_as_one_pool():
+    # the holder's queue is 4 s of prefill; on shared cores the idle neighbour would wait for the same cores
+    snapshot = RoutingSnapshot([engine("holder", cached_blocks=2, queued_prefill_tokens=8000), engine("idle")])
+    sharing = replace(POLICY, engines_share_hardware=True)
+    assert order(rank_engines(REQUEST, snapshot, sharing)) == ["idle", "holder"]  # own load only (default)
+    assert order(rank_engines(REQUEST, snapshot, replace(sharing, shared_hardware_own_load=0.0))) == ["holder", "idle"]
+    own_hardware = replace(POLICY, shared_hardware_own_load=0.0)  # only where engines share hardware
+    assert order(rank_engines(REQUEST, snapshot, own_hardware)) == ["idle", "holder"]
+    # with no hit anywhere the pool's load ties, and the lower recent share wins
+    cold = RoutingSnapshot([engine("busy", queued_prefill_tokens=8000, recent_share=0.6),
+                            engine("quiet", recent_share=0.4)])
+    assert order(rank_engines(REQUEST, cold, replace(sharing, shared_hardware_own_load=0.0))) == ["quiet", "busy"]
+
+
 def test_session_sticks_within_margin_and_not_beyond():
     snapshot = RoutingSnapshot([engine("a", cached_blocks=14), engine("b", cached_blocks=13)], sessions={"s1": "b"})
     ranked = rank_engines(replace(REQUEST, session_id="s1"), snapshot, POLICY)
@@ -323,5 +337,7 @@ def test_every_scorer_setting_of_the_gateway_reaches_the_policy_with_the_same_de
     assert shared == set(SCORER_SETTINGS)  # no knob left out of the mapping
     defaults = GatewaySettings(static_engines=("http://127.0.0.1:1",))
     assert scorer_policy_of(defaults) == ScorerPolicy()
-    tuned = GatewaySettings(static_engines=("http://127.0.0.1:1",), shared_prefix_requests=3.0, running_cost_steps=1.5)
-    assert (scorer_policy_of(tuned).shared_prefix_requests, scorer_policy_of(tuned).running_cost_steps) == (3.0, 1.5)
+    tuned = GatewaySettings(static_engines=("http://127.0.0.1:1",), shared_prefix_requests=3.0, running_cost_steps=1.5,
+                            shared_hardware_own_load=0.25)
+    policy = scorer_policy_of(tuned)
+    assert (policy.shared_prefix_requests, policy.running_cost_steps, policy.shared_hardware_own_load) == (3.0, 1.5, 0.25)
