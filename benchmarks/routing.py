@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -398,8 +399,6 @@ def cpu_seconds(router: Proc | None) -> float:
     """User + system CPU seconds of the router process and its children so far (0 without a router)."""
     if router is None:
         return 0.0
-    import psutil
-
     total = 0.0
     try:
         process = psutil.Process(router.pid)
@@ -675,14 +674,13 @@ def main(argv: list[str] | None = None) -> None:
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per policy: the mean over rounds of each figure, and the spread (max - min) of P90 TTFT."""
     keys = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "throughput_rps", "output_tokens_per_s", "hit_rate", "busiest_vs_mean",
-            "busiest_share", "errors", "makespan_s")
+            "busiest_share", "errors", "makespan_s", "router_cpu_ms_per_request")
     out: dict[str, dict[str, Any]] = {}
     for policy in dict.fromkeys(r["policy"] for r in runs):
         mine = [r for r in runs if r["policy"] == policy]
         row: dict[str, Any] = {"policy": policy, "rounds": len(mine)}
         for key in keys:
             row[key] = sum(r[key] for r in mine) / len(mine)
-        row["router_cpu_ms_per_request"] = sum(r.get("router_cpu_ms_per_request", 0.0) for r in mine) / len(mine)
         p90s = [r["ttft_p90_s"] for r in mine]
         row["ttft_p90_spread_s"] = max(p90s) - min(p90s)
         out[policy] = row

@@ -177,9 +177,9 @@ def mean_share(engines: Sequence[EngineView]) -> float:
 
 
 def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy, hot_share: float,
-                 load_s: float | None = None) -> RankedEngine:
+                 load_s: float) -> RankedEngine:
     """Score one engine; `hot_share` is the share above which its locality bonus is damped; `load_s` the load
-    term to charge (default: the engine's own, `engine_load_s`)."""
+    term to charge (`effective_loads`)."""
     throughput = throughput_of(engine, policy)
     cached_tokens = min(engine.cached_blocks * engine.block_size, request.num_prompt_tokens)
     saved_s = cached_tokens / throughput
@@ -189,8 +189,7 @@ def score_engine(request: RouteRequest, engine: EngineView, policy: ScorerPolicy
     shared = shared_prefix_factor(request, engine, policy)
     locality = policy.locality_weight * (policy.hot_spot_damping if damped else 1.0) * shared * saved_s
     kv_penalty = policy.kv_full_penalty_s * kv_pressure(engine.kv_cache_usage, policy.kv_soft_limit) ** 2
-    load = engine_load_s(engine, policy) if load_s is None else load_s
-    score = locality - policy.prefill_weight * own_work_s - load - kv_penalty
+    score = locality - policy.prefill_weight * own_work_s - load_s - kv_penalty
     predicted_prefill_s = engine.queued_prefill_tokens / throughput + own_work_s - saved_s
     return RankedEngine(
         engine_id=engine.engine_id,

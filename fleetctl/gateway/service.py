@@ -43,7 +43,7 @@ from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_m
 from fleetctl.gateway.probes import EngineProber
 from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
 from fleetctl.gateway.routing_table import EngineRoute, RoutingSource, RoutingTable, RoutingTableCache, kv_events_endpoints
-from fleetctl.gateway.scorer import RouteRequest, ScorerPolicy
+from fleetctl.gateway.scorer import RouteRequest, ScorerPolicy, throughput_of
 from fleetctl.gateway.served import ServedRecorder
 from fleetctl.gateway.settings import GatewaySettings
 from fleetctl.gateway.snapshot import Estimates, engine_load, engine_view
@@ -315,7 +315,7 @@ class GatewayService:
                 offers.append(PeerOffer(peer.name, peer.node, peer.url, self.index.node_tier_run(hashes, peer.name)))
         if not offers:
             return None
-        throughput = view.prefill_tokens_per_s if view.prefill_tokens_per_s > 0 else self.policy.default_prefill_tokens_per_s
+        throughput = throughput_of(view, self.policy)
         local = LocalCosts(view.memory_blocks, view.cached_blocks - view.memory_blocks, chosen.fetch_s,
                            view.block_size / throughput, block_bytes)
         measured = live.sample.peer_links()

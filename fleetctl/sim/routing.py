@@ -133,7 +133,8 @@ def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None)
             prefill_tokens_per_s=config.prefill_tokens_per_s, cached_blocks=e.cached_blocks(request.blocks),
             recent_share=share[e.name], block_size=config.block_tokens, decode_step_s=config.decode_step_s)
             for e in engines]
-        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))]  # trace ids are not chained
+        # trace ids are not chained: a prefix is the tuple of its blocks (counted only when the policy uses them)
+        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))] if policy.shared_prefix_requests > 0 else []
         route_request = RouteRequest(request.blocks, len(request.blocks) * config.block_tokens,
                                      prefix_requests=popularity.counts(prefixes))
         chosen = rank_engines(route_request, RoutingSnapshot(views), policy)[0].engine_id

@@ -13,7 +13,8 @@ def runs(p90s: dict[str, list[float]]) -> list[dict]:
         for round_no, p90 in enumerate(values):
             out.append({"policy": policy, "round": round_no, "ttft_p90_s": p90, "ttft_p50_s": 0.1, "ttft_p99_s": p90,
                         "e2e_mean_s": 1.0, "throughput_rps": 1.0, "output_tokens_per_s": 1.0, "hit_rate": 0.5,
-                        "busiest_vs_mean": 1.0, "busiest_share": 0.5, "errors": 0, "makespan_s": 60.0})
+                        "busiest_vs_mean": 1.0, "busiest_share": 0.5, "errors": 0, "makespan_s": 60.0,
+                        "router_cpu_ms_per_request": 5.0})
     return out
 
 
