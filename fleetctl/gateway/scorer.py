@@ -49,7 +49,10 @@ over the requests that will reuse it, and the request goes where the load is low
 Where engines share hardware, `shared_hardware_own_load` w < 1 charges each engine w x its own load terms
 (queued prefill, waiting, running) plus (1 - w) x the mean over the eligible engines: their queues draw on
 the same cores, so a request sent to an idle neighbour still waits for the cores the busy one is using,
-while a prefix hit saves that work outright. w = 0 ranks by locality alone with load breaking ties.
+while a prefix hit saves that work outright. w = 0 ranks by locality alone with load breaking ties (on
+benchmarks/routing.py's shared testbed it sent every RAG request to one engine); the default 0.5 routed agent
+sessions as the peer routers do and lowered RAG's P90, and left the system-prompt shape's decisions unchanged
+(docs/benchmarks.md). w = 1 is an engine's own load only, as on independent hardware.
 
 Running decodes: `seconds_per_running` prices each, unless `running_cost_steps` > 0 prices it as that many
 of the engine's measured decode steps (`EngineView.decode_step_s`; on a one-core engine a running decode
@@ -126,7 +129,7 @@ class ScorerPolicy:
     hot_spot_factor: float = 1.5  # an engine above factor x mean share is a hot spot
     hot_spot_damping: float = 0.0  # multiplier of a hot spot's locality bonus
     engines_share_hardware: bool = False  # True: no hot-spot guard (a spill would buy no parallelism)
-    shared_hardware_own_load: float = 1.0  # sharing hardware: weight of an engine's own load vs the pool's mean
+    shared_hardware_own_load: float = 0.5  # sharing hardware: weight of an engine's own load vs the pool's mean
     shared_prefix_requests: float = 0.0  # S: a prefix p recent requests began with costs min(1, S/p); 0: off
     running_cost_steps: float = 0.0  # a running decode costs this many measured decode steps; 0: seconds_per_running
     session_margin_s: float = 0.25  # a session keeps its engine when within this of the best score

@@ -94,8 +94,9 @@ class GatewaySettings(ProcessSettings):
         default=False, description="scorer: the engines run on the same cores or GPU (e.g. several reference "
         "engines on one CPU host), so spreading a hot prefix buys no parallelism: the hot-spot guard is off")
     shared_hardware_own_load: float = Field(
-        default=1.0, ge=0, le=1, description="scorer, engines sharing hardware: weight of an engine's own load "
-        "against the mean of the engines it shares with (0: their load is one pool, locality decides)")
+        default=0.5, ge=0, le=1, description="scorer, engines sharing hardware: weight of an engine's own load "
+        "against the mean of the engines it shares with (0: their load is one pool, locality decides; 1: its own "
+        "load only)")
     shared_prefix_requests: float = Field(
         default=0.0, ge=0, description="scorer: a prefix that p recent requests began with has its cache bonus "
         "multiplied by min(1, this / p), so a popular shared prefix spreads to less loaded engines (0: off)")

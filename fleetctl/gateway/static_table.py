@@ -11,7 +11,10 @@ The model, context window and block size are discovered from the engine itself (
 discovered spec share a class `static@rN`, all classes of a model get equal traffic, and a model with both
 prefill and decode engines is P/D. The source answers `routing()` like the controller, so the same
 RoutingTableCache refreshes it: an engine that does not answer keeps its last discovered entry (the
-gateway's own health checks decide whether it gets traffic); one never discovered is left out.
+gateway's own health checks decide whether it gets traffic); one never discovered is left out. An engine not
+yet discovered is asked on every refresh, one already discovered only every REDISCOVER_S: what discovery
+reads changes only when the engine restarts, and its load comes from the gateway's probes (asking every
+engine every refresh was about as much of the gateway's CPU as the probes themselves).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -33,6 +38,7 @@ from fleetctl.replica_class import ReplicaClassSpec
 
 STATIC_CLASS = "static"
 DISCOVERY_TIMEOUT_S = 3.0
+REDISCOVER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -78,19 +84,25 @@ class Discovered:
 class StaticTableSource:
     """routing() from the engines themselves (see the module docstring)."""
 
-    def __init__(self, engines: list[StaticEngine], client: httpx.AsyncClient, flags: dict[str, Any] | None = None):
+    def __init__(self, engines: list[StaticEngine], client: httpx.AsyncClient, flags: dict[str, Any] | None = None,
+                 rediscover_s: float = REDISCOVER_S, clock: Callable[[], float] = time.monotonic):
         self.engines = engines
         self.client = client
         self.flags = dict(flags or {})
+        self.rediscover_s = rediscover_s
+        self.clock = clock
         self.known: dict[str, Discovered] = {}
+        self.discovered_at: dict[str, float] = {}
 
     async def routing(self) -> contract.RoutingTable:
-        found = await asyncio.gather(*(self._discover(e) for e in self.engines), return_exceptions=True)
-        for engine, result in zip(self.engines, found):
+        now = self.clock()
+        due = due_for_discovery(self.engines, self.discovered_at, now, self.rediscover_s)
+        found = await asyncio.gather(*(self._discover(e) for e in due), return_exceptions=True)
+        for engine, result in zip(due, found):
             if isinstance(result, Discovered):
-                self.known[engine.name] = result
+                self.known[engine.name], self.discovered_at[engine.name] = result, now
         if not self.known:
-            errors = "; ".join(f"{e.url}: {type(r).__name__}" for e, r in zip(self.engines, found) if not isinstance(r, Discovered))
+            errors = "; ".join(f"{e.url}: {type(r).__name__}" for e, r in zip(due, found) if not isinstance(r, Discovered))
             raise ConnectionError(f"no engine answered discovery ({errors})")
         return contract.RoutingTable.model_validate(
             build_table([self.known[e.name] for e in self.engines if e.name in self.known], self.flags))
@@ -102,6 +114,12 @@ class StaticTableSource:
         metrics = await self.client.get(f"{engine.url}/metrics", timeout=DISCOVERY_TIMEOUT_S)
         sample = parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
         return Discovered(engine, str(card["id"]), spec_from_card(card, sample.block_size if sample else None))
+
+
+def due_for_discovery(engines: list[StaticEngine], discovered_at: dict[str, float], now: float,
+                      rediscover_s: float) -> list[StaticEngine]:
+    """The engines to ask this refresh: those never discovered, and those last discovered rediscover_s ago."""
+    return [e for e in engines if e.name not in discovered_at or now - discovered_at[e.name] >= rediscover_s]
 
 
 def spec_from_card(card: dict[str, Any], block_size: int | None) -> dict[str, Any]:

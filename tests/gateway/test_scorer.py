@@ -92,9 +92,15 @@ def test_engines_sharing_hardware_have_no_hot_spot_guard():
 def test_engines_sharing_hardware_can_price_load_as_one_pool():
     # the holder's queue is 4 s of prefill; on shared cores the idle neighbour would wait for the same cores
     snapshot = RoutingSnapshot([engine("holder", cached_blocks=2, queued_prefill_tokens=8000), engine("idle")])
-    sharing = replace(POLICY, engines_share_hardware=True)
-    assert order(rank_engines(REQUEST, snapshot, sharing)) == ["idle", "holder"]  # own load only (default)
+    sharing = replace(POLICY, engines_share_hardware=True, shared_hardware_own_load=1.0)
+    assert order(rank_engines(REQUEST, snapshot, sharing)) == ["idle", "holder"]  # own load only
     assert order(rank_engines(REQUEST, snapshot, replace(sharing, shared_hardware_own_load=0.0))) == ["holder", "idle"]
+    # the default, half its own load and half the pool's: a whole-prompt hit (0.11 s of prefill, counted twice)
+    # outweighs half of a 0.35 s queue, not all of it
+    assert ScorerPolicy().shared_hardware_own_load == 0.5
+    queued = RoutingSnapshot([engine("holder", cached_blocks=14, queued_prefill_tokens=700), engine("idle")])
+    assert order(rank_engines(REQUEST, queued, sharing)) == ["idle", "holder"]
+    assert order(rank_engines(REQUEST, queued, replace(sharing, shared_hardware_own_load=0.5))) == ["holder", "idle"]
     own_hardware = replace(POLICY, shared_hardware_own_load=0.0)  # only where engines share hardware
     assert order(rank_engines(REQUEST, snapshot, own_hardware)) == ["idle", "holder"]
     # with no hit anywhere the pool's load ties, and the lower recent share wins

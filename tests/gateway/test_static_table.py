@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.gateway.routing_table import kv_events_endpoints, parse_routing_table
-from fleetctl.gateway.static_table import Discovered, build_table, parse_static_engine, parse_static_engines, spec_from_card
+from fleetctl.gateway.static_table import (
+    Discovered, build_table, due_for_discovery, parse_static_engine, parse_static_engines, spec_from_card,
+)
 
 
 def test_entries_parse_roles_and_kv_events() -> None:
@@ -53,3 +55,12 @@ def test_the_table_has_the_controllers_shape() -> None:
     assert table.flags == {"pd_push": False}
     assert [(e.engine_id, e.publisher, e.replay) for e in kv_events_endpoints(table)] == [("h:1", "tcp://h:2", "tcp://h:3")]
     assert build_table(found, {"pd_push": False})["generation"] == raw["generation"]
+
+
+def test_only_new_engines_and_stale_discoveries_are_asked_again() -> None:
+    engines = parse_static_engines("http://h:1,http://h:2,http://h:3")
+    discovered_at = {"h:1": 100.0, "h:2": 80.0}  # h:3 never answered
+    assert [e.name for e in due_for_discovery(engines, discovered_at, 105.0, 30.0)] == ["h:3"]
+    assert [e.name for e in due_for_discovery(engines, discovered_at, 110.0, 30.0)] == ["h:2", "h:3"]
+    assert [e.name for e in due_for_discovery(engines, discovered_at, 130.0, 30.0)] == ["h:1", "h:2", "h:3"]
+    assert [e.name for e in due_for_discovery(engines, {}, 0.0, 30.0)] == ["h:1", "h:2", "h:3"]
