@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import platform
-from dataclasses import replace
+from dataclasses import asdict, replace
 import sys
 import time
 from pathlib import Path
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> None:
             variants = [(policy, config) for policy in POLICIES]
             variants += [(f"gateway hl {per}/engine", replace(config, share_half_life_requests_per_engine=float(per)))
                          for per in [p.strip() for p in args.half_life_per_engine.split(",") if p.strip()]]
-            variants += [(f"gateway damping {d}", replace(config, hot_spot_damping=float(d)))
+            variants += [(f"gateway damping {d}", replace(config, scorer=replace(config.scorer, hot_spot_damping=float(d))))
                          for d in [d.strip() for d in args.hot_spot_damping.split(",") if d.strip()]]
-            variants += [(f"gateway shared {v}", replace(config, shared_prefix_requests=float(v)))
+            variants += [(f"gateway shared {v}", replace(config, scorer=replace(config.scorer, shared_prefix_requests=float(v))))
                          for v in [v.strip() for v in args.shared_prefix_requests.split(",") if v.strip()]]
             for label, variant in variants:
                 t0 = time.time()
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         row["p90_vs_best_other"] = row["ttft_p90_s"] / min(r["ttft_p90_s"] for r in others) if others else None
     report = {"benchmark": "routing_sim", "command": "benchmarks/routing_sim.py " + " ".join(sys.argv[1:]),
               "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "sim": vars(RoutingSimConfig()), "machine": {"platform": platform.platform()}, "rows": rows_out,
+              "sim": asdict(RoutingSimConfig()), "machine": {"platform": platform.platform()}, "rows": rows_out,
               "wall_s": time.time() - started}
     write_json(args.out, report)
     print_table(rows_out, [("shape", "shape", ""), ("engines", "engines", "d"), ("policy", "policy", ""),

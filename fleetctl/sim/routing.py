@@ -50,9 +50,7 @@ class RoutingSimConfig:
     balance_abs: int = 64
     balance_rel: float = 1.5
     share_half_life_requests_per_engine: float = 32.0  # the gateway's --share-half-life-requests-per-engine
-    hot_spot_damping: float = 0.0  # the gateway's --hot-spot-damping
-    shared_prefix_requests: float = 0.0  # the gateway's --shared-prefix-requests
-    running_cost_steps: float = 0.0  # the gateway's --running-cost-steps
+    scorer: ScorerPolicy = field(default_factory=ScorerPolicy)  # the gateway's scorer flags, as it runs them
 
 
 @dataclass(frozen=True)
@@ -117,9 +115,7 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]], config: RoutingSimConf
 
 
 def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None) -> Router:
-    policy = policy or ScorerPolicy(hot_spot_damping=config.hot_spot_damping,
-                                    shared_prefix_requests=config.shared_prefix_requests,
-                                    running_cost_steps=config.running_cost_steps)
+    policy = policy or config.scorer
     shares = ShareTracker(config.share_half_life_requests_per_engine, engines=config.engines)
     popularity = PrefixPopularity(shares.half_life_requests)
 
