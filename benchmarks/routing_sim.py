@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-from dataclasses import asdict, replace
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
