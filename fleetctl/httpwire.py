@@ -5,10 +5,11 @@ imports nothing of fleetctl, so any part may use it.
 Why not httpx here: the gateway's added latency is its CPU per request, and per streamed request httpx,
 httpcore and anyio cost about 0.9 ms of the gateway's ~3 ms (py-spy, benchmarks/routing.py's latency phase):
 request and URL models, a connection pool behind anyio locks, h11 in pure Python, a cancel scope per read.
-Engines are HTTP/1.1 servers we know (the reference engine, vLLM: both uvicorn), so the gateway needs one
-POST with a JSON body on a kept-alive connection and a body that comes with Content-Length or chunked. This
-does that on an asyncio Protocol with httptools' C parser (the one uvicorn uses). Everything off the request
-path (probes, metrics scrapes, the controller, tokenizer downloads) keeps using httpx.
+Engines are HTTP/1.1 servers we know (the reference engine, vLLM: both uvicorn), so the gateway needs a
+POST with a JSON body (or a GET) on a kept-alive connection and a body that comes with Content-Length or chunked. This
+does that on an asyncio Protocol with httptools' C parser (the one uvicorn uses). The gateway's engine probes
+(GET /health and /metrics every second per engine) use it too; what talks to anything other than an engine
+(the controller, tokenizer downloads) keeps using httpx.
 
 - `EngineClient.request(...)` returns once the status line and headers are in; the body is read with
   `read()` or streamed with `chunks()`; `aclose()` puts the connection back in the pool if the body was

@@ -3,6 +3,9 @@
 /health not 200 (or unreachable) takes the engine out of rotation at once; the next 200 brings it back.
 /metrics feeds the engine's load sample and derived rates (engine_state.EngineLive.take_sample); a scrape
 that fails leaves the last sample in place. `on_rates` hears every derived rate (P/D transfer metrics).
+
+The probes go over the request path's kept-alive connections (fleetctl/httpwire.py), not httpx: two GETs per
+engine every second were the largest share of an idle gateway's CPU, and most of that was httpx's own layers.
 """
 
 from __future__ import annotations
@@ -12,17 +15,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
 from fleetctl.gateway.engine_metrics import SampleRates, parse_engine_metrics
 from fleetctl.gateway.engine_state import EngineLive
+from fleetctl.httpwire import EngineClient, EngineHTTPError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class EngineProber:
-    client: httpx.AsyncClient
+    client: EngineClient
     interval_s: float = 1.0
     timeout_s: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -53,12 +55,12 @@ class EngineProber:
 
     async def probe_once(self, live: EngineLive) -> None:
         try:
-            health = await self.client.get(f"{live.url}/health", timeout=self.timeout_s, headers=self.headers)
-        except (httpx.HTTPError, OSError) as exc:
+            status, _ = await self._get(live, "/health")
+        except (EngineHTTPError, asyncio.TimeoutError, OSError) as exc:
             self._down(live, f"unreachable ({type(exc).__name__})")
             return
-        if health.status_code != 200:
-            self._down(live, f"/health answered {health.status_code}")
+        if status != 200:
+            self._down(live, f"/health answered {status}")
             return
         if not live.healthy:
             log.info("engine %s is healthy again", live.name)
@@ -68,15 +70,27 @@ class EngineProber:
     async def _scrape(self, live: EngineLive) -> None:
         live.begin_scrape()
         try:
-            response = await self.client.get(f"{live.url}/metrics", timeout=self.timeout_s, headers=self.headers)
-            response.raise_for_status()
-            rates = live.take_sample(parse_engine_metrics(response.text))
-        except (httpx.HTTPError, OSError, ValueError) as exc:
+            status, body = await self._get(live, "/metrics")
+            if status != 200:
+                raise ValueError(f"/metrics answered {status}")
+            rates = live.take_sample(parse_engine_metrics(body.decode("utf-8", errors="replace")))
+        except (EngineHTTPError, asyncio.TimeoutError, OSError, ValueError) as exc:
             log.debug("scrape of %s failed: %r", live.name, exc)
             live.scrape_failed()
             return
         if rates is not None:
             self.on_rates(live, rates)
+
+    async def _get(self, live: EngineLive, path: str) -> tuple[int, bytes]:
+        """Status and body of one GET, within `timeout_s` in all (connect, headers and body)."""
+        async def call() -> tuple[int, bytes]:
+            response = await self.client.request("GET", f"{live.url}{path}", b"", self.headers, self.timeout_s)
+            try:
+                return response.status, await response.read()
+            finally:
+                await response.aclose()
+
+        return await asyncio.wait_for(call(), self.timeout_s)
 
     def _down(self, live: EngineLive, reason: str) -> None:
         if live.healthy:

@@ -91,8 +91,8 @@ class GatewayService:
                  rng: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.source = source
-        self.client = client  # probes, scrapes, tokenizer downloads
-        self.engine_client = EngineClient()  # the request path (fleetctl/httpwire.py says why not httpx)
+        self.client = client  # the controller, static discovery, tokenizer downloads
+        self.engine_client = EngineClient()  # the request path and the probes (fleetctl/httpwire.py says why not httpx)
         self.metrics = metrics
         self.served = ServedRecorder(metrics)  # per-revision counters, reported to the controller
         self.rng = rng
@@ -104,7 +104,7 @@ class GatewayService:
         self.index = PrefixIndex()
         self.hash_checks = HashChecks(self.settings.hash_seed)
         self.kv_pool = KVSubscriberPool(self.index, hash_checks=self.hash_checks)
-        self.prober = EngineProber(client, settings.probe_interval_s, settings.probe_timeout_s,
+        self.prober = EngineProber(self.engine_client, settings.probe_interval_s, settings.probe_timeout_s,
                                    self.engine_headers(), on_rates=self._on_rates)
         self.tokenizers = tokenizers or Tokenizers(client)
         self.shares = ShareTracker(settings.share_half_life_requests_per_engine)
