@@ -273,11 +273,13 @@ def agent_up(url: str) -> bool:
 def gateway_command(controller_url: str, port: int, table_refresh_s: float | None = None,
                     state_dir: Path | None = None, name: str = GATEWAY_NAME) -> list[str]:
     """argv of the local gateway (its controller token travels in the environment, never on the command line).
-    With `state_dir` it takes direct (break-glass) overrides on the credential written there."""
+    With `state_dir` it takes direct (break-glass) overrides on the credential written there. Every engine of a
+    local fleet runs on this host's CPUs, so the gateway is told they share hardware (no hot-spot spills, load
+    priced half as one pool: fleetctl/gateway/scorer.py)."""
     refresh = [] if table_refresh_s is None else ["--table-refresh-s", str(table_refresh_s)]
     direct = [] if state_dir is None else ["--state-dir", str(state_dir)]
     return fleetctl_argv("gateway", "serve", "--controller", controller_url, "--host", HOST, "--port", str(port),
-                         "--name", name, "--log-level", "warning", *refresh, *direct)
+                         "--name", name, "--log-level", "warning", "--engines-share-hardware", *refresh, *direct)
 
 
 def _start_gateway(record: FleetRecord, options: UpOptions, progress: Progress) -> None:

@@ -62,6 +62,8 @@ def test_up_detach_then_down_stops_everything(state_dir):
     assert through_gateway.headers["x-fleet-served-by"].endswith(engine["name"])
     pids = [p["pid"] for p in fleet["processes"]] + [engine["pid"]]
     assert all(alive(pid) for pid in pids)
+    gateway = next(p for p in fleet["processes"] if p["kind"] == "gateway")
+    assert "--engines-share-hardware" in psutil.Process(gateway["pid"]).cmdline()  # every engine on this host's CPUs
 
     again = fleetctl(*up_args(state_dir, "--detach"))  # one fleet per state dir
     assert again.returncode == ExitCode.REFUSED and "already up" in again.stderr
