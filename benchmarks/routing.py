@@ -727,6 +727,16 @@ def shape_goals(shape: str, testbed: str, table: dict[str, dict[str, Any]], runs
     return goals
 
 
+def busiest_share_goal(testbed: str, busiest_vs_mean: float) -> dict[str, Any] | None:
+    """The hot-spot guard's bound on the busiest engine's share, held only where the engines have their own
+    hardware: on the shared testbed the gateway is told they share it, which turns the guard off by design
+    (a spill there buys no parallelism), so concentrating is not a failure."""
+    if testbed != "independent":
+        return None
+    limit = GOALS["busiest_vs_mean_share"]
+    return {"value": busiest_vs_mean, "goal": f"<= {limit}", "met": busiest_vs_mean <= limit}
+
+
 def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dict[str, Any]], latency: dict[str, Any],
                  peer_failures: dict[str, str], wall_s: float) -> dict[str, Any]:
     table = aggregate(runs)
@@ -746,8 +756,9 @@ def build_report(args: argparse.Namespace, shape: dict[str, Any], runs: list[dic
                                               "isolated_floor_vs_best_peer": shape["isolated_floor"]["ttft_p90_s"] / best["ttft_p90_s"]}
         goals["hit_rate_vs_oracle"] = {"value": ours["hit_vs_oracle"], "goal": f">= {GOALS['hit_rate_vs_oracle']}",
                                        "met": ours["hit_vs_oracle"] >= GOALS["hit_rate_vs_oracle"]}
-        goals["busiest_vs_mean_share"] = {"value": ours["busiest_vs_mean"], "goal": f"<= {GOALS['busiest_vs_mean_share']}",
-                                          "met": ours["busiest_vs_mean"] <= GOALS["busiest_vs_mean_share"]}
+        share_goal = busiest_share_goal(args.testbed, ours["busiest_vs_mean"])
+        if share_goal is not None:
+            goals["busiest_vs_mean_share"] = share_goal
     if latency:
         engines, primary = next(iter(latency.items()))  # the first of --latency-engines
         value = primary["text"]["added_p50_ms"]  # clients send text: the gateway tokenises

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing import aggregate, shape_goals, split_policy
+from benchmarks.routing import aggregate, busiest_share_goal, shape_goals, split_policy
 
 
 def runs(p90s: dict[str, list[float]]) -> list[dict]:
@@ -74,3 +74,9 @@ def test_the_testbed_tells_the_gateway_its_topology_and_a_variant_may_override_i
 
     assert TOPOLOGY_FLAG == {"shared": "--engines-share-hardware", "independent": "--engines-own-hardware"}
     assert "sglang_rr" in POLICIES and split_policy("sglang_rr") == ("sglang_rr", [])
+
+
+def test_the_busiest_share_is_held_only_on_engines_with_their_own_hardware():
+    assert busiest_share_goal("shared", 4.0) is None  # the guard is off by design where engines share the cores
+    assert busiest_share_goal("independent", 1.4)["met"]
+    assert not busiest_share_goal("independent", 1.6)["met"]
