@@ -96,11 +96,19 @@ def test_a_tiered_class_is_reported_served_from_its_tier_and_flushed(tiny_fleet)
         assert other.node != engine.node
         api.cordon_engine(engine.name, reason="test: cross-node fetch")
         plan = wait_until(lambda: cross_node_plan(tiny_fleet, other.name), 30, "a cross-node plan for the other engine")
-        assert plan["peer"] == engine.name and plan["peer_node"] == engine.node and plan["fetch"] is True
-        assert plan["blocks"] >= 8 and plan["measured"] is False and plan["with_s"] < plan["without_s"]
-        response = httpx.post(f"{tiny_fleet.gateway_url}/v1/completions", timeout=60, json={
-            "model": tiny_fleet.served_model, "prompt": TARGET, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
-            "logprobs": 0, "return_tokens_as_token_ids": True})
+        assert plan["peer"] == engine.name and plan["peer_node"] == engine.node
+        assert plan["blocks"] >= 8 and plan["measured"] is False
+        # The verdict weighs the transfer (default link) against recomputing at the class's prefill rate: 2,000
+        # tokens/s until the gateway has measured one, which makes the fetch win by a tenth; a measured rate of the
+        # tiny model above ~2,200 tokens/s makes recomputing win. Which one it holds depends on its scrapes' timing.
+        assert plan["fetch"] is (plan["with_s"] < plan["without_s"])
+        body = {"model": tiny_fleet.served_model, "prompt": TARGET, "max_tokens": 8, "temperature": 0,
+                "ignore_eos": True, "logprobs": 0, "return_tokens_as_token_ids": True}
+        if plan["fetch"]:  # the gateway sends the request with the peer to fetch from
+            response = httpx.post(f"{tiny_fleet.gateway_url}/v1/completions", timeout=60, json=body)
+        else:  # the same request as the gateway would send it had the fetch won
+            transfer = {"tier_peer": engine.url, "tier_peer_node": engine.node}
+            response = httpx.post(f"{other.url}/v1/completions", timeout=60, json={**body, "kv_transfer_params": transfer})
         assert response.status_code == 200, response.text
         assert [int(t.removeprefix("token_id:")) for t in response.json()["choices"][0]["logprobs"]["tokens"]] == cold
         samples = parse_samples(httpx.get(f"{other.url}/metrics", timeout=10).text)
