@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shared-prefix-requests", default="",
                    help="also run the gateway pricing a shared prefix's miss as spread over its recent requests, "
                         "at these values of S (comma-separated; the gateway's default is 0: off)")
+    p.add_argument("--warm-prefix-requests", default="",
+                   help="also run the gateway warming a prefix that many recent requests began with on an idle "
+                        "engine, at these values (comma-separated; the gateway's default is 0: off)")
     p.add_argument("--out", type=Path, default=OUT)
     return p.parse_args(argv)
 
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
                          for d in [d.strip() for d in args.hot_spot_damping.split(",") if d.strip()]]
             variants += [(f"gateway shared {v}", replace(config, scorer=replace(config.scorer, shared_prefix_requests=float(v))))
                          for v in [v.strip() for v in args.shared_prefix_requests.split(",") if v.strip()]]
+            variants += [(f"gateway warm {v}", replace(config, warm=replace(config.warm, min_prefix_requests=float(v))))
+                         for v in [v.strip() for v in args.warm_prefix_requests.split(",") if v.strip()]]
             for label, variant in variants:
                 t0 = time.time()
                 router = make_router(label.split(" ")[0], variant)

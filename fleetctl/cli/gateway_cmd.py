@@ -111,6 +111,8 @@ def serve(
     shared_prefix_requests: Annotated[float | None, _opt("shared_prefix_requests", "--shared-prefix-requests")] = None,
     shared_hardware_own_load: Annotated[float | None, _opt("shared_hardware_own_load", "--shared-hardware-own-load")] = None,
     running_cost_steps: Annotated[float | None, _opt("running_cost_steps", "--running-cost-steps")] = None,
+    warm_prefix_requests: Annotated[float | None, _opt("warm_prefix_requests", "--warm-prefix-requests")] = None,
+    warm_min_blocks: Annotated[int | None, _opt("warm_min_blocks", "--warm-min-blocks")] = None,
     max_sessions: Annotated[int | None, _opt("max_sessions", "--max-sessions")] = None,
     hash_seed: Annotated[str | None, _opt("hash_seed", "--hash-seed")] = None,
     state_dir: Annotated[Path | None, _opt("state_dir", "--state-dir")] = None,
@@ -143,7 +145,9 @@ def serve(
                 locality_weight=locality_weight, hot_spot_factor=hot_spot_factor, hot_spot_damping=hot_spot_damping,
                 engines_share_hardware=engines_share_hardware, shared_prefix_requests=shared_prefix_requests,
                 running_cost_steps=running_cost_steps, shared_hardware_own_load=shared_hardware_own_load,
-                share_half_life_requests_per_engine=share_half_life_requests_per_engine, max_sessions=max_sessions, hash_seed=hash_seed,
+                share_half_life_requests_per_engine=share_half_life_requests_per_engine,
+                warm_prefix_requests=warm_prefix_requests, warm_min_blocks=warm_min_blocks,
+                max_sessions=max_sessions, hash_seed=hash_seed,
                 state_dir=state_dir, breakglass_token_file=breakglass_token_file),
     })
     if api_keys_file is not None and not api_keys_file.is_file():
@@ -190,6 +194,10 @@ def explain(
     cross_node = answer.get("cross_node")
     if cross_node is not None:
         typer.echo(f"cross-node KV for {cross_node['engine']}: {cross_node['reason']}")
+    warm = answer.get("warm")
+    if warm is not None:
+        typer.echo(f"would warm {warm['blocks']} blocks on idle {warm['engine']} (it holds {warm['cached_blocks']}; "
+                   f"~{warm['prefix_requests']:g} recent requests began with them)")
 
 
 def _post(gateway: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

@@ -38,6 +38,9 @@ def explain_body(prepared: Prepared, service: GatewayService) -> dict[str, Any]:
             "admit": admission.admit, "reason": admission.reason, "retry_after_s": admission.retry_after_s,
         },
         "cross_node": None if prepared.peer_fetch is None else cross_node_row(prepared.peer_fetch),
+        "warm": None if prepared.warm is None else {  # the idle engine a real request would warm (explain sends none)
+            "engine": prepared.warm.engine_id, "blocks": prepared.warm.blocks,
+            "cached_blocks": prepared.warm.cached_blocks, "prefix_requests": round(prepared.warm.prefix_requests, 2)},
         "table_age_s": service.cache.age_s(),
     }
 

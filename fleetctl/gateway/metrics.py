@@ -35,6 +35,9 @@ class GatewayMetrics:
             ["model"], buckets=ADDED_LATENCY_BUCKETS, registry=r)
         self.routed = Counter("fleet_gateway_routed", "Requests sent to an engine, by why it was chosen "
                               "(prefix, load, session, hot_spot, retry).", ["engine", "reason"], registry=r)
+        self.prefix_warms = Counter("fleet_gateway_prefix_warms", "Popular prefixes prefilled ahead on an idle engine "
+                                    "(--warm-prefix-requests), by engine and outcome (ok, failed).",
+                                    ["engine", "outcome"], registry=r)
         self.retries = Counter("fleet_gateway_retries", "Requests retried on another engine, by the failure before the "
                                "first token.", ["reason"], registry=r)
         self.stream_errors = Counter("fleet_gateway_stream_errors", "Streams ended with an error event after tokens "

@@ -39,6 +39,7 @@ from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex
 from fleetctl.gateway.prefix_popularity import PrefixPopularity
+from fleetctl.gateway.prefix_warming import WarmPlan, WarmPolicy, plan_warm
 from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_model
 from fleetctl.gateway.probes import EngineProber
 from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
@@ -50,6 +51,7 @@ from fleetctl.gateway.snapshot import Estimates, engine_load, engine_view
 from fleetctl.gateway.table_reporter import report_applied
 from fleetctl.gateway.tokenization import Tokenizers, prompt_block_hashes
 from fleetctl.gateway.traffic import SessionMap, ShareTracker
+from fleetctl.gateway.warmer import PrefixWarmer
 from fleetctl.httpwire import EngineClient
 from fleetctl.replica_class import ReplicaClassSpec
 
@@ -83,6 +85,7 @@ class Prepared:
     routes: dict[str, EngineRoute]
     flags: dict
     peer_fetch: CrossNodeFetch | None = None  # the first-ranked engine's cross-node fetch, fetched or not
+    warm: WarmPlan | None = None  # an idle engine to prefill this request's popular prefix on (prefix_warming.py)
 
 
 class GatewayService:
@@ -111,6 +114,9 @@ class GatewayService:
         self.sessions = SessionMap(settings.max_sessions)
         self.policy = scorer_policy_of(settings)
         self.popularity = PrefixPopularity()
+        self.warm_policy = WarmPolicy(settings.warm_prefix_requests, settings.warm_min_blocks)
+        self.warmer = PrefixWarmer(self.engine_client, self.engine_headers, metrics, settings.connect_timeout_s,
+                                   settings.request_timeout_s)
         self.peer_policy = PeerFetchPolicy()
         self.mean_prompt_tokens: float | None = None
         self.class_rates: dict[str, ClassRates] = {}  # class_ref -> pooled rate estimates of its engines
@@ -159,6 +165,7 @@ class GatewayService:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.warmer.close()
         await self.prober.close()
         await self.kv_pool.close()
         await self.tokenizers.close()
@@ -285,15 +292,37 @@ class GatewayService:
         plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()),
                           scorer_policy(self.policy, table.flags), self.slo(table.flags),
                           self.sessions.as_mapping(session_id))
-        if self.policy.shared_prefix_requests > 0:
+        if self._uses_popularity:
             self.popularity.record(hashes)
         peer_fetch = self._peer_fetch(plan, candidates, table.engines_of(model), hashes, spec)
         return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes,
-                        dict(table.flags), peer_fetch)
+                        dict(table.flags), peer_fetch, self._warm_plan(route_request, plan, candidates))
+
+    @property
+    def _uses_popularity(self) -> bool:
+        """Whether prefix popularity is counted: both its users are off where engines share hardware."""
+        return not self.policy.engines_share_hardware and (
+            self.policy.shared_prefix_requests > 0 or self.warm_policy.min_prefix_requests > 0)
 
     def _prefix_requests(self, hashes: list[int]) -> tuple[float, ...]:
-        """Recent requests that began with each prefix of this prompt; () when the scorer does not use them."""
-        return self.popularity.counts(hashes) if self.policy.shared_prefix_requests > 0 else ()
+        """Recent requests that began with each prefix of this prompt; () when nothing uses them."""
+        return self.popularity.counts(hashes) if self._uses_popularity else ()
+
+    def _warm_plan(self, request: RouteRequest, plan: RoutePlan, candidates: dict[str, Candidate]) -> WarmPlan | None:
+        if plan.mode == "pd" or not plan.candidates:
+            return None
+        return plan_warm(request, plan.candidates[0].engine_id, [c.view for c in candidates.values()],
+                         self.warmer.warming, self.warm_policy, self.policy.engines_share_hardware)
+
+    def start_warm(self, prepared: Prepared) -> None:
+        """Send the request's planned warm, if any, in the background (after it was admitted)."""
+        plan = prepared.warm
+        live = self.engines.get(plan.engine_id) if plan is not None else None
+        route = prepared.routes.get(plan.engine_id) if plan is not None else None
+        if plan is None or live is None or route is None:
+            return
+        block_size = prepared.candidates[plan.engine_id].view.block_size
+        self.warmer.start(plan, route, live, prepared.prompt_ids, prepared.block_hashes, block_size)
 
     def _peer_fetch(self, plan: RoutePlan, candidates: dict[str, Candidate], engines: list[EngineRoute],
                     hashes: list[int], spec: ReplicaClassSpec) -> CrossNodeFetch | None:

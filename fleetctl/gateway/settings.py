@@ -103,6 +103,12 @@ class GatewaySettings(ProcessSettings):
     running_cost_steps: float = Field(
         default=0.0, ge=0, description="scorer: a running decode costs a new request this many of the engine "
         "class's measured decode steps (0: a fixed 5 ms)")
+    warm_prefix_requests: float = Field(
+        default=8.0, ge=0, description="engines with hardware of their own: a prompt prefix at least this many "
+        "recent requests began with is prefilled ahead on an idle engine that lacks it, so load can spread "
+        "without a cold prefill (0: off; off with --engines-share-hardware)")
+    warm_min_blocks: int = Field(
+        default=4, ge=1, description="the shortest popular prefix, in KV blocks, worth warming on an idle engine")
     max_sessions: int = Field(default=100_000, gt=0, description="x-session-id -> engine entries kept (LRU)")
     # --- admission ---
     admission: bool = Field(default=True, description="refuse requests predicted to break the SLO (429)")

@@ -10,7 +10,9 @@ in flight). A prompt reuses the leading run of its blocks the cache holds when i
 
 Policies (`POLICIES`), each a function of the request and the simulator's state at its arrival:
 - `gateway`: fleetctl.gateway.scorer.rank_engines over EngineViews built from that state, with the gateway's
-  recent-share tracker (hot-spot guard) and default policy: the live gateway's decision;
+  recent-share tracker (hot-spot guard) and default policy: the live gateway's decision; with `warm` on, also
+  prefix_warming.plan_warm's decision, whose warm then occupies the idle engine's prefill server for the
+  prefix's uncached tokens and puts the prefix in its cache;
 - `cache_aware`: the peers' policy (../shared/reference/peer-routers.md): each router keeps an approximate tree
   of what it routed where (no eviction here: the peers evict on a timer); if the busiest engine's in-flight count
   exceeds the idlest's by more than `balance_abs` and by more than `balance_rel` times, the least loaded; else
@@ -29,8 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetctl.gateway.scorer import EngineView, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
 from fleetctl.gateway.prefix_popularity import PrefixPopularity
+from fleetctl.gateway.prefix_warming import WarmPolicy, plan_warm
+from fleetctl.gateway.scorer import EngineView, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
 from fleetctl.gateway.traffic import ShareTracker
 
 POLICIES = ("gateway", "cache_aware", "round_robin")
@@ -51,6 +54,7 @@ class RoutingSimConfig:
     balance_rel: float = 1.5
     share_half_life_requests_per_engine: float = 32.0  # the gateway's --share-half-life-requests-per-engine
     scorer: ScorerPolicy = field(default_factory=ScorerPolicy)  # the gateway's scorer flags, as it runs them
+    warm: WarmPolicy = field(default_factory=WarmPolicy)  # the gateway's --warm-prefix-requests, as it runs it
 
 
 @dataclass(frozen=True)
@@ -129,16 +133,29 @@ def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None)
             prefill_tokens_per_s=config.prefill_tokens_per_s, cached_blocks=e.cached_blocks(request.blocks),
             recent_share=share[e.name], block_size=config.block_tokens, decode_step_s=config.decode_step_s)
             for e in engines]
-        # trace ids are not chained: a prefix is the tuple of its blocks (counted only when the policy uses them)
-        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))] if policy.shared_prefix_requests > 0 else []
+        # trace ids are not chained: a prefix is the tuple of its blocks (counted only when a policy uses them)
+        counted = policy.shared_prefix_requests > 0 or config.warm.min_prefix_requests > 0
+        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))] if counted else []
         route_request = RouteRequest(request.blocks, len(request.blocks) * config.block_tokens,
                                      prefix_requests=popularity.counts(prefixes))
         chosen = rank_engines(route_request, RoutingSnapshot(views), policy)[0].engine_id
+        warm = plan_warm(route_request, chosen, views, (), config.warm, policy.engines_share_hardware)
+        if warm is not None:
+            prefill_warm(engines[names.index(warm.engine_id)], request.blocks[: warm.blocks], t, config)
         shares.record(chosen)
         popularity.record(prefixes)
         return names.index(chosen)
 
     return route
+
+
+def prefill_warm(engine: SimEngine, blocks: Sequence[int], t: float, config: RoutingSimConfig) -> None:
+    """A warm on an idle engine: its prefill server computes the uncached blocks (no decode), then holds them."""
+    uncached = (len(blocks) - engine.cached_blocks(blocks)) * config.block_tokens
+    start = max(t, engine.free_at)
+    engine.free_at = start + uncached / config.prefill_tokens_per_s
+    engine.jobs.append((start, engine.free_at, engine.free_at))
+    engine.insert(blocks, config.cache_blocks)
 
 
 def cache_aware_router(config: RoutingSimConfig) -> Router:

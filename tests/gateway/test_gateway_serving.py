@@ -201,8 +201,9 @@ def prefix_hits(engines: list[Proc]) -> dict[str, float]:
 
 
 def test_shared_prefixes_go_to_the_engine_holding_them_and_a_hot_prefix_spreads(launcher: Launcher, engines: list[Proc]) -> None:
-    # A gateway of its own: fresh traffic shares, an open door (no keys).
-    gateway = launcher.gateway("--engines", ",".join(static_entry(e) for e in engines))
+    # A gateway of its own: fresh traffic shares, an open door (no keys), and no prefix warming, which would put
+    # the hot prefix on the other engine ahead of the guard's spill (the next test covers warming).
+    gateway = launcher.gateway("--engines", ",".join(static_entry(e) for e in engines), "--warm-prefix-requests", "0")
     prefix_a, prefix_b = long_text(1, 160), long_text(2, 160)  # ~20 blocks each
     first_a = send(gateway, prefix_a + " first")
     holder_a = wait_until(lambda: cached_on(gateway, prefix_a + " probe", 10), 20, "the index to learn prefix A")
@@ -224,6 +225,28 @@ def test_shared_prefixes_go_to_the_engine_holding_them_and_a_hot_prefix_spreads(
     assert hot[first_a] >= 1 and hot[first_b] >= 1, hot
     reasons = {s.labels["reason"] for s in gateway.metrics()["fleet_gateway_routed_total"] if s.value}
     assert {"prefix", "hot_spot"} <= reasons, reasons
+
+
+def test_a_popular_prefix_is_warmed_on_the_idle_engine(launcher: Launcher, engines: list[Proc]) -> None:
+    gateway = launcher.gateway("--engines", ",".join(static_entry(e) for e in engines), "--engines-own-hardware",
+                               "--warm-prefix-requests", "1.5", "--warm-min-blocks", "4",
+                               "--hot-spot-damping", "1")  # no guard: the holder keeps the prefix's requests
+    prefix = long_text(7, 160)  # ~20 blocks
+    holder = send(gateway, prefix + " first")
+    other = next(name for name in engine_names(engines) if name != holder)
+    wait_until(lambda: cached_on(gateway, prefix + " probe", 10) == holder, 20, "the index to learn the prefix")
+    plan = explain(gateway, prefix + " second")["warm"]  # explaining counts as a request that began with it
+    assert plan is not None and plan["engine"] == other and plan["cached_blocks"] == 0 and plan["blocks"] >= 10
+
+    assert send(gateway, prefix + " second") == holder  # the request itself stays with the holder ...
+    wait_until(lambda: gateway.metric("fleet_gateway_prefix_warms_total", engine=other, outcome="ok") == 1, 30,
+               "the warm to finish")  # ... while the idle engine prefills the prefix alone
+    held = wait_until(lambda: {r["engine"]: r["cached_blocks"] for r in explain(gateway, prefix + " x")["candidates"]
+                               if r["cached_blocks"] >= plan["blocks"]} or None, 20, "the index to learn the warm")
+    assert set(held) == {holder, other}
+    assert explain(gateway, prefix + " third")["warm"] is None  # both hold it: nothing left to warm
+    routed = sum(s.value for s in gateway.metrics()["fleet_gateway_routed_total"])
+    assert routed == 2  # a warm is not a routed request
 
 
 # --- route explain ---------------------------------------------------------------------------------------------

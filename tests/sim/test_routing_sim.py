@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from fleetctl.gateway.prefix_warming import WarmPolicy
 from fleetctl.sim.routing import (RoutingSimConfig, SimEngine, SimRequest, cache_aware_router, gateway_router,
                                   make_router, requests_from_rows, round_robin_router, simulate, summarise)
 
@@ -57,3 +60,23 @@ def test_the_simulation_is_deterministic_and_its_summary_consistent():
     # locality pays on a shared prefix: both cache-aware policies hit more than round robin
     hit = {name: summarise(o, CONFIG.engines)["hit_rate"] for name, o in runs.items()}
     assert hit["gateway"] > hit["round_robin"] and hit["cache_aware"] > hit["round_robin"]
+
+
+def test_a_warm_prefills_a_popular_prefix_on_an_idle_engine_without_delaying_the_request():
+    no_guard = replace(CONFIG.scorer, hot_spot_factor=float("inf"))  # the holder keeps every request here
+    config = replace(CONFIG, engines=2, scorer=no_guard, warm=WarmPolicy(min_prefix_requests=1.5, min_blocks=4))
+    route = gateway_router(config)
+    engines = [SimEngine(f"e{i}") for i in range(2)]
+    for i in range(2):  # two requests begin with the prefix: it is popular from the third on
+        assert route(req(0, SHARED + (100 + i,)), float(i), engines) == 0
+        engines[0].insert(SHARED + (100 + i,), 100)
+    assert engines[1].cached_blocks(SHARED) == 0
+    assert route(req(0, SHARED + (102,)), 2.0, engines) == 0  # the request stays with the holder ...
+    assert engines[1].cached_blocks(SHARED) == 10  # ... and the idle engine prefilled the prefix (10 blocks)
+    assert abs(engines[1].free_at - (2.0 + 160 / 1600)) < 1e-9 and engines[1].waiting_at(2.0) == 0
+    off = gateway_router(replace(config, warm=WarmPolicy(min_prefix_requests=0)))
+    cold = [SimEngine(f"e{i}") for i in range(2)]
+    for i in range(3):
+        off(req(0, SHARED + (100 + i,)), float(i), cold)
+        cold[0].insert(SHARED + (100 + i,), 100)
+    assert cold[1].cached_blocks(SHARED) == 0  # off at 0
