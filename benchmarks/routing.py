@@ -17,7 +17,10 @@ refuses token-id prompts (422), and the text is checked to tokenise back to exac
 
 Per run: client-side TTFT (request sent -> first token chunk) P50/P90, end-to-end time, throughput;
 prefix-cache hit rate = sum of the engines' vllm:prefix_cache_hits_total deltas / queries deltas; requests
-per engine from vllm:request_success_total deltas (busiest engine's share / mean share). Per slice: the
+per engine from vllm:request_success_total deltas (busiest engine's share / mean share); the engines' own
+mean TTFT (vllm:time_to_first_token_seconds deltas) and, as `beyond_engine_ttft_s`, how much longer the client
+waited on average: the router's hop plus the client's own HTTP, which tells a router's routing (what the
+engines saw) from its cost as a proxy. Per slice: the
 oracle ceiling (infinite cache, perfect routing): the fraction of prompt tokens in leading 16-token blocks
 already seen in an earlier request, looking up at most (n - 1) // 16 blocks as the engine does.
 Then the latency the gateway adds: the same small streamed request through the gateway and directly to the
@@ -293,7 +296,8 @@ def tail_report(workload: list[Req], results: list[Result], p90_s: float) -> dic
 # --- engines ----------------------------------------------------------------------------------------------
 
 ENGINE_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total",
-                   "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total")
+                   "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
+                   "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count")
 
 
 def engine_counters(engines: list[Proc]) -> list[dict[str, float]]:
@@ -429,6 +433,10 @@ def summarise(policy: str, results: list[Result], makespan: float, before: list[
     queries = sum(d["vllm:prefix_cache_queries_total"] for d in delta)
     hits = sum(d["vllm:prefix_cache_hits_total"] for d in delta)
     busiest = max(per_engine) / total_requests if total_requests else math.nan
+    ttft_mean = sum(ttfts) / len(ttfts) if ttfts else math.nan
+    engine_ttft_count = sum(d["vllm:time_to_first_token_seconds_count"] for d in delta)
+    engine_ttft_mean = (sum(d["vllm:time_to_first_token_seconds_sum"] for d in delta) / engine_ttft_count
+                        if engine_ttft_count else math.nan)
     return {
         "policy": policy,
         "requests": len(results),
@@ -438,7 +446,9 @@ def summarise(policy: str, results: list[Result], makespan: float, before: list[
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p90_s": percentile(ttfts, 90),
         "ttft_p99_s": percentile(ttfts, 99),
-        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else math.nan,
+        "ttft_mean_s": ttft_mean,
+        "engine_ttft_mean_s": engine_ttft_mean,  # the engines' own, from arrival there (a warm counts too)
+        "beyond_engine_ttft_s": ttft_mean - engine_ttft_mean,  # the router's hop plus the client's HTTP
         "e2e_mean_s": sum(r.e2e_s for r in ok) / len(ok) if ok else math.nan,
         "e2e_p50_s": percentile([r.e2e_s for r in ok], 50),
         "e2e_p90_s": percentile([r.e2e_s for r in ok], 90),
@@ -673,8 +683,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per policy: the mean over rounds of each figure, and the spread (max - min) of P90 TTFT."""
-    keys = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "throughput_rps", "output_tokens_per_s", "hit_rate", "busiest_vs_mean",
-            "busiest_share", "errors", "makespan_s", "router_cpu_ms_per_request")
+    keys = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_mean_s", "engine_ttft_mean_s", "beyond_engine_ttft_s",
+            "e2e_mean_s", "throughput_rps", "output_tokens_per_s", "hit_rate", "busiest_vs_mean", "busiest_share", "errors",
+            "makespan_s", "router_cpu_ms_per_request")
     out: dict[str, dict[str, Any]] = {}
     for policy in dict.fromkeys(r["policy"] for r in runs):
         mine = [r for r in runs if r["policy"] == policy]
@@ -799,6 +810,7 @@ def print_report(report: dict[str, Any]) -> None:
     print_table(report["summary"], [
         ("policy", "policy", ""), ("rounds", "rounds", "d"), ("TTFT p50 s", "ttft_p50_s", ".3f"),
         ("TTFT p90 s", "ttft_p90_s", ".3f"), ("p90 spread", "ttft_p90_spread_s", ".3f"), ("TTFT p99 s", "ttft_p99_s", ".3f"),
+        ("TTFT mean s", "ttft_mean_s", ".3f"), ("beyond engine s", "beyond_engine_ttft_s", ".3f"),
         ("e2e mean s", "e2e_mean_s", ".3f"), ("req/s", "throughput_rps", ".3f"),
         ("out tok/s", "output_tokens_per_s", ".1f"), ("hit rate", "hit_rate", ".3f"), ("hit/oracle", "hit_vs_oracle", ".2f"),
         ("busiest/mean", "busiest_vs_mean", ".2f"), ("router cpu ms/req", "router_cpu_ms_per_request", ".1f"),

@@ -111,7 +111,7 @@ class FrontDoor:
         self._admit(prepared)
         if ctx.probe is None:  # probes are not user traffic (probe_traffic.py)
             self.metrics.added_latency.labels(prepared.model).observe(time.monotonic() - ctx.arrived)
-            self.service.start_warm(prepared)
+            self.service.admitted(prepared)
         ctx.probe_tokens.prompt = len(prepared.prompt_ids)  # until the engine's usage says otherwise
         if request.stream:
             return await self._stream(ctx, prepared, request)

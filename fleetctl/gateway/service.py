@@ -292,8 +292,6 @@ class GatewayService:
         plan = plan_route(route_request, max_tokens, class_ref, mode, list(candidates.values()),
                           scorer_policy(self.policy, table.flags), self.slo(table.flags),
                           self.sessions.as_mapping(session_id))
-        if self._uses_popularity:
-            self.popularity.record(hashes)
         peer_fetch = self._peer_fetch(plan, candidates, table.engines_of(model), hashes, spec)
         return Prepared(model, class_ref, spec, prompt_ids, hashes, max_tokens, plan, candidates, routes,
                         dict(table.flags), peer_fetch, self._warm_plan(route_request, plan, candidates))
@@ -314,8 +312,16 @@ class GatewayService:
         return plan_warm(request, plan.candidates[0].engine_id, [c.view for c in candidates.values()],
                          self.warmer.warming, self.warm_policy, self.policy.engines_share_hardware)
 
+    def admitted(self, prepared: Prepared) -> None:
+        """A user's request was admitted: its prefixes count as traffic (prefix_popularity.py) and its planned
+        warm, if any, goes out. Only here: an explained, shed, rejected or probe request, or a P/D fallback's
+        second plan of the same request, is not traffic to count."""
+        if self._uses_popularity:
+            self.popularity.record(prepared.block_hashes)
+        self.start_warm(prepared)
+
     def start_warm(self, prepared: Prepared) -> None:
-        """Send the request's planned warm, if any, in the background (after it was admitted)."""
+        """Send the request's planned warm, if any, in the background."""
         plan = prepared.warm
         live = self.engines.get(plan.engine_id) if plan is not None else None
         route = prepared.routes.get(plan.engine_id) if plan is not None else None

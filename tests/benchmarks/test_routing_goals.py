@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing import aggregate, busiest_share_goal, shape_goals, split_policy
+from benchmarks.routing import ENGINE_COUNTERS, Req, Result, aggregate, busiest_share_goal, shape_goals, split_policy, summarise
 
 
 def runs(p90s: dict[str, list[float]]) -> list[dict]:
@@ -14,7 +14,8 @@ def runs(p90s: dict[str, list[float]]) -> list[dict]:
             out.append({"policy": policy, "round": round_no, "ttft_p90_s": p90, "ttft_p50_s": 0.1, "ttft_p99_s": p90,
                         "e2e_mean_s": 1.0, "throughput_rps": 1.0, "output_tokens_per_s": 1.0, "hit_rate": 0.5,
                         "busiest_vs_mean": 1.0, "busiest_share": 0.5, "errors": 0, "makespan_s": 60.0,
-                        "router_cpu_ms_per_request": 5.0})
+                        "router_cpu_ms_per_request": 5.0, "ttft_mean_s": 0.2, "engine_ttft_mean_s": 0.15,
+                        "beyond_engine_ttft_s": 0.05})
     return out
 
 
@@ -80,3 +81,21 @@ def test_the_busiest_share_is_held_only_on_engines_with_their_own_hardware():
     assert busiest_share_goal("shared", 4.0) is None  # the guard is off by design where engines share the cores
     assert busiest_share_goal("independent", 1.4)["met"]
     assert not busiest_share_goal("independent", 1.6)["met"]
+
+
+def test_a_run_splits_the_client_ttft_into_the_engines_own_and_what_lies_beyond_it():
+    def counters(ttft_sum: float, ttft_count: float, requests: float) -> dict[str, float]:
+        values = dict.fromkeys(ENGINE_COUNTERS, 0.0)
+        values |= {"vllm:time_to_first_token_seconds_sum": ttft_sum, "vllm:time_to_first_token_seconds_count": ttft_count,
+                   "vllm:request_success_total": requests}
+        return values
+
+    workload = [Req(i, float(i), [1, 2, 3], "a b c", 4) for i in range(4)]
+    results = [Result(i, status=200, ttft_s=t, e2e_s=1.0, chunks=4) for i, t in enumerate((0.30, 0.30, 0.50, 0.50))]
+    before = [counters(10.0, 5, 5), counters(0.0, 0, 0)]
+    after = [counters(10.6, 7, 7), counters(0.7, 2, 2)]  # the engines saw 4 first tokens in 1.3 s
+    run = summarise("gateway", results, 4.0, before, after, workload)
+    assert run["ttft_mean_s"] == pytest.approx(0.40)
+    assert run["engine_ttft_mean_s"] == pytest.approx(1.3 / 4)
+    assert run["beyond_engine_ttft_s"] == pytest.approx(0.40 - 0.325)
+    assert run["busiest_share"] == pytest.approx(0.5)
