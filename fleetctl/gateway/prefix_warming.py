@@ -27,7 +27,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from fleetctl.gateway.prefix_index import EngineId
-from fleetctl.gateway.scorer import EngineView, RouteRequest, eligible_engines
+from fleetctl.gateway.scorer import EngineView, RouteRequest, ScorerPolicy, eligible_engines
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ class WarmPlan:
     blocks: int  # leading blocks of the request's prompt to send
     cached_blocks: int  # of those, what the engine already holds (its prefill is the rest)
     prefix_requests: float  # recent requests that began with the warmed prefix
+
+
+def counts_popularity(scorer: ScorerPolicy, warm: WarmPolicy) -> bool:
+    """Whether recent requests per prefix (prefix_popularity.py) need counting: only the scorer's shared-prefix
+    price and warming read them, and both are off where engines share hardware."""
+    return not scorer.engines_share_hardware and (scorer.shared_prefix_requests > 0 or warm.min_prefix_requests > 0)
 
 
 def popular_blocks(prefix_requests: Sequence[float], min_prefix_requests: float) -> int:

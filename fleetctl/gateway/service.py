@@ -39,10 +39,10 @@ from fleetctl.gateway.kv_subscriber import KVSubscriberPool
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_index import PrefixHit, PrefixIndex
 from fleetctl.gateway.prefix_popularity import PrefixPopularity
-from fleetctl.gateway.prefix_warming import WarmPlan, WarmPolicy, plan_warm
+from fleetctl.gateway.prefix_warming import WarmPlan, WarmPolicy, counts_popularity, plan_warm
 from fleetctl.gateway.requests import ClientRequest, prompt_token_ids, resolve_model
 from fleetctl.gateway.probes import EngineProber
-from fleetctl.gateway.router import Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
+from fleetctl.gateway.router import PD, Candidate, RoutePlan, choose_mode, pd_disabled_by_flag, plan_route, scorer_policy
 from fleetctl.gateway.routing_table import EngineRoute, RoutingSource, RoutingTable, RoutingTableCache, kv_events_endpoints
 from fleetctl.gateway.scorer import RouteRequest, ScorerPolicy, throughput_of
 from fleetctl.gateway.served import ServedRecorder
@@ -298,16 +298,14 @@ class GatewayService:
 
     @property
     def _uses_popularity(self) -> bool:
-        """Whether prefix popularity is counted: both its users are off where engines share hardware."""
-        return not self.policy.engines_share_hardware and (
-            self.policy.shared_prefix_requests > 0 or self.warm_policy.min_prefix_requests > 0)
+        return counts_popularity(self.policy, self.warm_policy)
 
     def _prefix_requests(self, hashes: list[int]) -> tuple[float, ...]:
         """Recent requests that began with each prefix of this prompt; () when nothing uses them."""
         return self.popularity.counts(hashes) if self._uses_popularity else ()
 
     def _warm_plan(self, request: RouteRequest, plan: RoutePlan, candidates: dict[str, Candidate]) -> WarmPlan | None:
-        if plan.mode == "pd" or not plan.candidates:
+        if plan.mode == PD or not plan.candidates:
             return None
         return plan_warm(request, plan.candidates[0].engine_id, [c.view for c in candidates.values()],
                          self.warmer.warming, self.warm_policy, self.policy.engines_share_hardware)

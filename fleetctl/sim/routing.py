@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetctl.gateway.prefix_popularity import PrefixPopularity
-from fleetctl.gateway.prefix_warming import WarmPolicy, plan_warm
+from fleetctl.gateway.prefix_warming import WarmPolicy, counts_popularity, plan_warm
 from fleetctl.gateway.scorer import EngineView, RouteRequest, RoutingSnapshot, ScorerPolicy, rank_engines
 from fleetctl.gateway.traffic import ShareTracker
 
@@ -134,8 +134,8 @@ def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None)
             recent_share=share[e.name], block_size=config.block_tokens, decode_step_s=config.decode_step_s)
             for e in engines]
         # trace ids are not chained: a prefix is the tuple of its blocks (counted only when a policy uses them)
-        counted = policy.shared_prefix_requests > 0 or config.warm.min_prefix_requests > 0
-        prefixes = [request.blocks[: k + 1] for k in range(len(request.blocks))] if counted else []
+        prefixes = ([request.blocks[: k + 1] for k in range(len(request.blocks))]
+                    if counts_popularity(policy, config.warm) else [])
         route_request = RouteRequest(request.blocks, len(request.blocks) * config.block_tokens,
                                      prefix_requests=popularity.counts(prefixes))
         chosen = rank_engines(route_request, RoutingSnapshot(views), policy)[0].engine_id

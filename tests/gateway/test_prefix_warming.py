@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetctl.gateway.prefix_warming import WarmPolicy, plan_warm, popular_blocks
-from fleetctl.gateway.scorer import EngineView, RouteRequest
+from fleetctl.gateway.prefix_warming import WarmPolicy, counts_popularity, plan_warm, popular_blocks
+from fleetctl.gateway.scorer import EngineView, RouteRequest, ScorerPolicy
 
 POLICY = WarmPolicy(min_prefix_requests=8, min_blocks=4)
 # an 18-block prompt: 16 blocks of a tenant's system prompt 30 recent requests began with, then the user's turn
@@ -41,6 +41,14 @@ def test_off_at_zero_and_where_engines_share_hardware():
     assert plan(engines, policy=WarmPolicy()) is not None  # the default warms at 8 recent requests
     assert plan(engines, policy=WarmPolicy(min_prefix_requests=0)) is None
     assert plan(engines, share_hardware=True) is None
+
+
+def test_popularity_is_counted_only_for_a_reader_on_engines_with_their_own_hardware():
+    off = WarmPolicy(min_prefix_requests=0)
+    assert counts_popularity(ScorerPolicy(), WarmPolicy())  # warming, the default, reads it
+    assert counts_popularity(ScorerPolicy(shared_prefix_requests=2), off)  # the scorer's shared-prefix price does
+    assert not counts_popularity(ScorerPolicy(), off)  # nothing reads it
+    assert not counts_popularity(ScorerPolicy(engines_share_hardware=True, shared_prefix_requests=2), WarmPolicy())
 
 
 def test_no_warm_for_an_unpopular_or_short_prefix():
