@@ -14,6 +14,7 @@ import pytest
 from cli_helpers import Fleet, ok, one_error_line
 
 from fleetctl.cli.exit_codes import ExitCode
+from fleetctl.client import ControllerClient
 from tests.controller.canary_store_helpers import MODEL, add_probes, store_reference
 from tests.controller.ctl_helpers import SPEC, Clock
 
@@ -33,12 +34,20 @@ def probed(fleet: Fleet) -> Fleet:
     add_probes(store, ref, R1, 10)  # type: ignore[arg-type]
     add_probes(store, ref, R1, 6, diverged=True)  # type: ignore[arg-type]
     add_probes(store, ref, R1, 3, condition=4)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 90  # the verdict reconciler's pass; slow on a loaded machine
+    # The three batches above are three commits, so the verdict reconciler may judge them in separate passes:
+    # wait for the state the tests read (both streams stored, b1 drifting), not for a count of events, which
+    # b1 alone reaches (not measured -> healthy -> drifting) before the b4 probes are judged.
+    deadline = time.monotonic() + 90  # slow on a loaded machine
     with fleet.client("viewer") as api:
-        while len(api.canary_events(model=MODEL)) < 2 and time.monotonic() < deadline:
+        while not _judged(api) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(api.canary_events(model=MODEL)) >= 2, "the verdict reconciler judged no stream within 90 s"
+        assert _judged(api), "the verdict reconciler did not judge both streams within 90 s"
     return fleet
+
+
+def _judged(api: ControllerClient) -> bool:
+    verdicts = {s.batch: s.verdict for s in api.canary_status(model=MODEL)}
+    return verdicts.get("b1") == "drifting" and "b4" in verdicts
 
 
 def test_status_table_shows_drifting_and_not_measured(probed: Fleet) -> None:
