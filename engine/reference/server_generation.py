@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DISCONNECT_POLL_S = 0.5  # how often a non-streaming request checks whether its client is still there
+_FIRST_OUTPUT_POLL_S = 0.1  # ... and any request, while it waits for its first output before answering
+
+
+class _ClientGone(Exception):
+    """The client left before the response started."""
 
 
 # --- one request's outputs ----------------------------------------------------------------------------
@@ -125,6 +130,10 @@ class Generation:
         self.serving.lifecycle.admit()
         try:
             outputs = await self._start()
+        except _ClientGone:
+            await self._finish()
+            log.info("client of %s went away before its first output; aborted", self.request_id)
+            return Response(status_code=499)
         except BaseException:
             await self._finish()
             raise
@@ -141,7 +150,13 @@ class Generation:
         body, config = self.body, self.serving.config
         params = body.to_sampling_params(body.resolve_max_tokens(len(self.prompt_ids), config.max_model_len))
         outputs = self._outputs_stream = OutputStream(await self._submit(params))
-        self._first = await outputs.next(min(config.keepalive_interval_s, 1.0))
+        deadline = time.monotonic() + min(config.keepalive_interval_s, 1.0)
+        while (left := deadline - time.monotonic()) > 0:
+            self._first = await outputs.next(min(left, _FIRST_OUTPUT_POLL_S))
+            if self._first is not _PENDING:
+                break
+            if await self.request.is_disconnected():  # no response has started: nothing else would notice
+                raise _ClientGone
         return outputs
 
     async def _submit(self, params: SamplingParams) -> AsyncIterator[RequestOutput]:

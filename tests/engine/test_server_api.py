@@ -319,6 +319,20 @@ def test_streaming_client_disconnect_aborts_and_frees_blocks(tiny_engine: Engine
     assert metric_value(samples, "vllm:generation_tokens_total") - generated_before < 2000
 
 
+def test_a_stream_left_before_its_response_started_is_aborted(launch_engine, metric_value) -> None:
+    """The engine holds a stream's response up to a second for errors it finds early, and no write happens
+    while it waits: it checks for the client between waits, so a client that left then does not keep the
+    prefill running. A slow engine (16 prompt tokens and 100 ms a step) prefills these 144 tokens in about
+    0.9 s, inside that second: unnoticed, the client's departure would let the request finish."""
+    engine = launch_engine("--debug-step-delay-ms", "100", "--max-num-batched-tokens", "16")
+    body = {"prompt": [100 + i for i in range(144)], "max_tokens": 1, "stream": True}
+    with engine.client() as client, pytest.raises(httpx.ReadTimeout):  # httpx closes the connection
+        client.post("/v1/completions", json=body, timeout=httpx.Timeout(60, read=0.2))
+    samples = engine.wait_idle()
+    assert metric_value(samples, "vllm:request_success_total", finished_reason="abort") == 1
+    assert metric_value(samples, "vllm:prompt_tokens_total") == 0  # its prefill never completed
+
+
 def test_non_streaming_client_disconnect_aborts_and_frees_blocks(tiny_engine: EngineProcess, metric_value) -> None:
     generated_before = tiny_engine.metric("vllm:generation_tokens_total")
     with tiny_engine.client() as client, pytest.raises(httpx.ReadTimeout):
