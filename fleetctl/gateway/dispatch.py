@@ -134,6 +134,7 @@ class Dispatcher:
             if live is None or route.url is None:
                 continue
             ticket = live.start(self._ticket(prepared, candidate, role, max_tokens))
+            self.service.warmer.yield_to_request(candidate.engine_id)  # a warm never delays a request (warmer.py)
             self._record_route(prepared, candidate, route_reason(candidate, attempt, ranked))
             ctx.forwarding()
             try:

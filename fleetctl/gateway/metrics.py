@@ -36,7 +36,8 @@ class GatewayMetrics:
         self.routed = Counter("fleet_gateway_routed", "Requests sent to an engine, by why it was chosen "
                               "(prefix, load, session, hot_spot, retry).", ["engine", "reason"], registry=r)
         self.prefix_warms = Counter("fleet_gateway_prefix_warms", "Popular prefixes prefilled ahead on an idle engine "
-                                    "(--warm-prefix-requests), by engine and outcome (ok, failed).",
+                                    "(--warm-prefix-requests), by engine and outcome (ok, failed, yielded: cancelled "
+                                    "for a request sent to that engine).",
                                     ["engine", "outcome"], registry=r)
         self.retries = Counter("fleet_gateway_retries", "Requests retried on another engine, by the failure before the "
                                "first token.", ["reason"], registry=r)

@@ -14,7 +14,7 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from engine.contract.faults import PROBE_HEADER
+from engine.contract.faults import PIN_ENGINE_HEADER, PROBE_HEADER
 from fleetctl.cli.main import app as fleetctl_cli
 from gateway.procs import Launcher, Proc, metric_value, scrape, served_by, static_entry, wait_until
 
@@ -250,6 +250,41 @@ def test_a_popular_prefix_is_warmed_on_the_idle_engine(launcher: Launcher, engin
     assert explain(gateway, prefix + " fourth")["warm"] is None  # both hold it: nothing left to warm
     routed = sum(s.value for s in gateway.metrics()["fleet_gateway_routed_total"])
     assert routed == 3  # a warm is not a routed request
+
+
+def test_a_warm_yields_to_a_request_sent_to_its_engine(launcher: Launcher) -> None:
+    """A warm in flight on an engine is cancelled when a request is sent there: the engine aborts it, the
+    gateway counts it as yielded. Slow engines (a 100 ms step, 32 prompt tokens a step) keep the warm in
+    flight for about a second, so the request can be sent while it is."""
+    slow = ("--debug-step-delay-ms", "100", "--max-num-batched-tokens", "32")
+    engines = [launcher.engine(*slow, kv_events=True), launcher.engine(*slow, kv_events=True)]
+    gateway = launcher.gateway("--engines", ",".join(static_entry(e) for e in engines), "--engines-own-hardware",
+                               "--warm-prefix-requests", "1.5", "--warm-min-blocks", "4", "--hot-spot-damping", "1")
+    prefix = long_text(9, 160)  # ~20 blocks: ~10 steps to prefill
+    holder = send(gateway, prefix + " first")
+    other = next(e for e in engines if e.url.removeprefix("http://") != holder)
+    other_name = other.url.removeprefix("http://")
+    wait_until(lambda: cached_on(gateway, prefix + " probe", 10) == holder, 20, "the index to learn the prefix")
+    assert send(gateway, prefix + " second") == holder  # now the prefix is popular
+    aborted_before = other.metric("vllm:request_success_total", finished_reason="abort")
+    with httpx.Client(timeout=60) as client:
+        third = client.build_request("POST", f"{gateway.url}/v1/completions",
+                                     json={"model": "tiny", "prompt": prefix + " third", "max_tokens": 1})
+        sent = client.send(third, stream=True)  # to the holder; the warm goes to the other engine
+        try:
+            wait_until(lambda: other.metric("vllm:num_requests_running") >= 1, 20, "the warm to start")
+            probe = client.post(f"{gateway.url}/v1/completions",
+                                json={"model": "tiny", "prompt": "a short question", "max_tokens": 1},
+                                headers={PROBE_HEADER: "pinned", PIN_ENGINE_HEADER: other_name})
+            assert probe.status_code == 200, probe.text
+            assert served_by(probe) == other_name
+        finally:
+            sent.read()
+            sent.close()
+    assert gateway.metric("fleet_gateway_prefix_warms_total", engine=other_name, outcome="yielded") == 1
+    assert gateway.metric("fleet_gateway_prefix_warms_total", engine=other_name, outcome="ok") == 0
+    wait_until(lambda: other.metric("vllm:request_success_total", finished_reason="abort") == aborted_before + 1,
+               20, "the engine to abort the warm")
 
 
 # --- route explain ---------------------------------------------------------------------------------------------
