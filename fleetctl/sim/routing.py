@@ -12,7 +12,8 @@ Policies (`POLICIES`), each a function of the request and the simulator's state 
 - `gateway`: fleetctl.gateway.scorer.rank_engines over EngineViews built from that state, with the gateway's
   recent-share tracker (hot-spot guard) and default policy: the live gateway's decision; with `warm` on, also
   prefix_warming.plan_warm's decision, whose warm then occupies the idle engine's prefill server for the
-  prefix's uncached tokens and puts the prefix in its cache;
+  prefix's uncached tokens and puts the prefix in its cache, unless a request is sent there first: then the
+  warm yields (it stops, and only the blocks it completed stay cached);
 - `cache_aware`: the peers' policy (../shared/reference/peer-routers.md): each router keeps an approximate tree
   of what it routed where (no eviction here: the peers evict on a timer); if the busiest engine's in-flight count
   exceeds the idlest's by more than `balance_abs` and by more than `balance_rel` times, the least loaded; else
@@ -71,6 +72,7 @@ class SimEngine:
     free_at: float = 0.0  # when its prefill server finishes what it was given
     jobs: list[tuple[float, float, float]] = field(default_factory=list)  # (prefill start, first token, last token)
     routed_tree: set[tuple[int, ...]] = field(default_factory=set)  # cache_aware's picture of it
+    warm: tuple[float, float, tuple[int, ...], int] | None = None  # (start, end, blocks, cached before) of its warm
 
     def cached_blocks(self, blocks: Sequence[int]) -> int:
         run = 0
@@ -85,6 +87,21 @@ class SimEngine:
             self.cache.move_to_end(key)
         while len(self.cache) > capacity:
             self.cache.popitem(last=False)
+
+    def yield_warm(self, t: float) -> None:
+        """A request is sent here at `t`: a warm still prefilling stops (the gateway cancels it, warmer.py), and
+        only the blocks it completed stay cached."""
+        if self.warm is None:
+            return
+        start, end, blocks, cached = self.warm
+        self.warm = None
+        if t >= end:
+            return
+        done = cached + int((len(blocks) - cached) * max(0.0, t - start) / (end - start))
+        for k in range(done + 1, len(blocks) + 1):
+            self.cache.pop(tuple(blocks[:k]), None)
+        self.free_at = t
+        self.jobs = [job for job in self.jobs if job != (start, end, end)] + [(start, t, t)]
 
     def running_at(self, t: float) -> int:
         """Requests decoding at `t`."""
@@ -151,10 +168,11 @@ def gateway_router(config: RoutingSimConfig, policy: ScorerPolicy | None = None)
 
 def prefill_warm(engine: SimEngine, blocks: Sequence[int], t: float, config: RoutingSimConfig) -> None:
     """A warm on an idle engine: its prefill server computes the uncached blocks (no decode), then holds them."""
-    uncached = (len(blocks) - engine.cached_blocks(blocks)) * config.block_tokens
+    cached = engine.cached_blocks(blocks)
     start = max(t, engine.free_at)
-    engine.free_at = start + uncached / config.prefill_tokens_per_s
+    engine.free_at = start + (len(blocks) - cached) * config.block_tokens / config.prefill_tokens_per_s
     engine.jobs.append((start, engine.free_at, engine.free_at))
+    engine.warm = (start, engine.free_at, tuple(blocks), cached)
     engine.insert(blocks, config.cache_blocks)
 
 
@@ -209,6 +227,7 @@ def simulate(requests: Sequence[SimRequest], router: Router, config: RoutingSimC
         t = request.arrival_s
         index = router(request, t, engines)
         engine = engines[index]
+        engine.yield_warm(t)
         start = max(t, engine.free_at)
         cached = engine.cached_blocks(request.blocks)
         prompt_tokens = len(request.blocks) * config.block_tokens

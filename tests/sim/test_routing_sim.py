@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from fleetctl.gateway.prefix_warming import WarmPolicy
 from fleetctl.sim.routing import (RoutingSimConfig, SimEngine, SimRequest, cache_aware_router, gateway_router,
-                                  make_router, requests_from_rows, round_robin_router, simulate, summarise)
+                                  make_router, prefill_warm, requests_from_rows, round_robin_router, simulate,
+                                  summarise)
 
 CONFIG = RoutingSimConfig(engines=4, prefill_tokens_per_s=1600.0, decode_step_s=0.01, decode_slowdown=0.0)
 SHARED = tuple(range(10))  # a 10-block prefix
@@ -80,3 +81,31 @@ def test_a_warm_prefills_a_popular_prefix_on_an_idle_engine_without_delaying_the
         off(req(0, SHARED + (100 + i,)), float(i), cold)
         cold[0].insert(SHARED + (100 + i,), 100)
     assert cold[1].cached_blocks(SHARED) == 0  # off at 0
+
+
+def test_a_warm_yields_to_a_request_sent_to_its_engine():
+    engine = SimEngine("e0")
+    engine.insert(SHARED[:2], 100)  # 2 of the 10 blocks already held
+    prefill_warm(engine, SHARED, 1.0, CONFIG)  # 8 blocks, 128 tokens: 1.0 .. 1.08 s
+    assert engine.cached_blocks(SHARED) == 10 and abs(engine.free_at - 1.08) < 1e-9
+    engine.yield_warm(1.04)  # halfway: a request sent here stops it
+    assert engine.cached_blocks(SHARED) == 2 + 4  # what it completed stays cached, the rest is gone
+    assert engine.free_at == 1.04 and engine.in_flight_at(1.04) == 0
+    engine.yield_warm(1.05)  # nothing left to yield
+    assert engine.cached_blocks(SHARED) == 6
+    finished = SimEngine("e1")
+    prefill_warm(finished, SHARED, 1.0, CONFIG)
+    finished.yield_warm(2.0)  # a request after the warm's end: the warm had finished, all of it stays
+    assert finished.cached_blocks(SHARED) == 10 and finished.warm is None
+
+
+def test_in_a_simulation_a_request_never_waits_behind_a_warm():
+    no_guard = replace(CONFIG.scorer, hot_spot_factor=float("inf"))
+    config = replace(CONFIG, engines=2, scorer=no_guard, warm=WarmPolicy(min_prefix_requests=1.5, min_blocks=4))
+    # A popular prefix on e0; at 2.0 a request with 20 more blocks of its own queues 0.2 s of prefill there
+    # and a warm starts on e1; at 2.01 a short unrelated prompt goes to e1, the shorter queue.
+    requests = [req(0.0, SHARED + (100,)), req(1.0, SHARED + (101,)), req(2.0, SHARED + tuple(range(200, 220))),
+                req(2.01, (500, 501))]
+    outcomes = simulate(requests, make_router("gateway", config), config)
+    assert outcomes[3].engine == 1
+    assert abs(outcomes[3].ttft_s - 32 / 1600) < 1e-9  # its own two blocks, nothing of the warm before them
