@@ -478,8 +478,10 @@ def gateway_counters(before: Any, after: Any) -> dict[str, Any]:
         return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
 
     reasons = sorted({lab.get("reason", "") for lab, _ in after.get("fleet_gateway_routed_total", [])})
+    outcomes = sorted({lab.get("outcome", "") for lab, _ in after.get("fleet_gateway_prefix_warms_total", [])})
     return {
         "routed_by_reason": {r: delta("fleet_gateway_routed_total", reason=r) for r in reasons},
+        "warms_by_outcome": {o: delta("fleet_gateway_prefix_warms_total", outcome=o) for o in outcomes},
         "retries": delta("fleet_gateway_retries_total"),
         "admission_rejections": delta("fleet_gateway_admission_rejections_total"),
     }

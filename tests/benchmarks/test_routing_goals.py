@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing import ENGINE_COUNTERS, Req, Result, aggregate, busiest_share_goal, shape_goals, split_policy, summarise
+from benchmarks.routing import (ENGINE_COUNTERS, Req, Result, aggregate, busiest_share_goal, gateway_counters, shape_goals,
+                                split_policy, summarise)
 
 
 def runs(p90s: dict[str, list[float]]) -> list[dict]:
@@ -99,3 +100,16 @@ def test_a_run_splits_the_client_ttft_into_the_engines_own_and_what_lies_beyond_
     assert run["engine_ttft_mean_s"] == pytest.approx(1.3 / 4)
     assert run["beyond_engine_ttft_s"] == pytest.approx(0.40 - 0.325)
     assert run["busiest_share"] == pytest.approx(0.5)
+
+
+def test_the_gateway_counters_are_the_run_s_deltas_by_reason_and_warm_outcome():
+    before = {"fleet_gateway_routed_total": [({"engine": "a", "reason": "prefix"}, 3.0)],
+              "fleet_gateway_prefix_warms_total": [({"engine": "b", "outcome": "ok"}, 1.0)]}
+    after = {"fleet_gateway_routed_total": [({"engine": "a", "reason": "prefix"}, 10.0),
+                                            ({"engine": "b", "reason": "load"}, 2.0)],
+             "fleet_gateway_prefix_warms_total": [({"engine": "b", "outcome": "ok"}, 3.0),
+                                                  ({"engine": "a", "outcome": "yielded"}, 1.0),
+                                                  ({"engine": "b", "outcome": "yielded"}, 1.0)]}
+    counters = gateway_counters(before, after)
+    assert counters["routed_by_reason"] == {"load": 2.0, "prefix": 7.0}
+    assert counters["warms_by_outcome"] == {"ok": 2.0, "yielded": 2.0}
