@@ -73,11 +73,20 @@ class PrefixWarmer:
         live.finish(ticket)
         if self._tasks.get(engine_id) is task:  # not a later warm of the same engine, after this one yielded
             del self._tasks[engine_id]
-        if not task.cancelled():
-            self.metrics.prefix_warms.labels(engine_name, task.result()).inc()
-        elif task in self._yielded:
-            self.metrics.prefix_warms.labels(engine_name, "yielded").inc()
+        outcome = self._outcome(engine_name, task)
+        if outcome is not None:
+            self.metrics.prefix_warms.labels(engine_name, outcome).inc()
         self._yielded.discard(task)
+
+    def _outcome(self, engine_name: str, task: asyncio.Task) -> str | None:
+        """'ok', 'failed' or 'yielded'; None for a warm cancelled because the gateway is stopping."""
+        if task.cancelled():
+            return "yielded" if task in self._yielded else None
+        error = task.exception()
+        if error is not None:  # a bug, not the engine's answer: logged, and the warm counted as failed
+            log.error("warming on %s raised", engine_name, exc_info=error)
+            return "failed"
+        return task.result()
 
     async def _warm(self, route: EngineRoute, body: dict) -> str:
         """The warm's outcome: 'ok' or 'failed' (the probes judge the engine's health, not a warm)."""

@@ -238,8 +238,9 @@ def test_a_popular_prefix_is_warmed_on_the_idle_engine(launcher: Launcher, engin
     for _ in range(3):  # explaining is not traffic: one request began with the prefix, under the threshold
         assert explain(gateway, prefix + " explained")["warm"] is None
     assert send(gateway, prefix + " second") == holder  # the second request: now the prefix is popular
-    plan = explain(gateway, prefix + " third")["warm"]
-    assert plan is not None and plan["engine"] == other and plan["cached_blocks"] == 0 and plan["blocks"] >= 10
+    # planned once the gateway's view of the other engine (probed each second) shows it idle
+    plan = wait_until(lambda: explain(gateway, prefix + " third")["warm"], 20, "a warm to be planned")
+    assert plan["engine"] == other and plan["cached_blocks"] == 0 and plan["blocks"] >= 10
 
     assert send(gateway, prefix + " third") == holder  # the request itself stays with the holder ...
     wait_until(lambda: gateway.metric("fleet_gateway_prefix_warms_total", engine=other, outcome="ok") == 1, 30,
