@@ -19,7 +19,8 @@ from fleetctl.gateway.engine_state import EngineLive, InFlight
 from fleetctl.gateway.metrics import GatewayMetrics
 from fleetctl.gateway.prefix_warming import WarmPlan
 from fleetctl.gateway.routing_table import EngineRoute
-from fleetctl.gateway.upstream import END, PENDING, TRANSPORT_ERRORS, EngineRejected, SSEReader, UpstreamFailure, failure_from_exception, open_stream
+from fleetctl.gateway.upstream import (END, PENDING, TRANSPORT_ERRORS, EngineRejected, SSEReader, UpstreamFailure,
+                                       failure_from_exception, open_stream)
 from fleetctl.httpwire import EngineClient
 
 log = logging.getLogger("fleetctl.gateway.warm")
@@ -59,16 +60,15 @@ class PrefixWarmer:
         self._tasks[plan.engine_id] = task
         task.add_done_callback(lambda done: self._finished(plan.engine_id, route.name, live, ticket, done))
 
-    def yield_to_request(self, engine_id: str) -> bool:
-        """A request is being sent to `engine_id`: cancel the warm in flight there, if any (True if one was)."""
+    def yield_to_request(self, engine_id: str) -> None:
+        """A request is being sent to `engine_id`: cancel the warm in flight there, if any."""
         task = self._tasks.pop(engine_id, None)
-        if task is None or task.done():
-            return False
-        self._yielded.add(task)
-        task.cancel()
-        return True
+        if task is not None and not task.done():
+            self._yielded.add(task)
+            task.cancel()
 
-    def _finished(self, engine_id: str, engine_name: str, live: EngineLive, ticket: InFlight, task: asyncio.Task) -> None:
+    def _finished(self, engine_id: str, engine_name: str, live: EngineLive, ticket: InFlight,
+                  task: asyncio.Task) -> None:
         # Here, not in the coroutine: a task cancelled before its first step never runs its body.
         live.finish(ticket)
         if self._tasks.get(engine_id) is task:  # not a later warm of the same engine, after this one yielded
