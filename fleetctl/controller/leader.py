@@ -71,6 +71,14 @@ class AdvisoryLockLeader:
         return self._leading
 
     def release(self) -> None:
+        """Step down now. The lock is unlocked explicitly: closing the connection frees it too, but only once
+        the server's backend has exited, which can be after a follower's next try."""
+        if self._leading and self._conn is not None:
+            try:
+                self._conn.execute(text(f"SELECT pg_advisory_unlock({LOCK_KEY_SQL})"))
+                self._conn.commit()
+            except DBAPIError as exc:  # the connection is gone already, and with it the lock
+                log.warning("leader election: unlocking failed (%s); closing the connection", type(exc).__name__)
         self._reset()
         self._engine.dispose()
 

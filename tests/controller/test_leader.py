@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctl_helpers import SPEC
+from sqlalchemy import create_engine
 
 from fleetctl.controller.auth import ADMIN
 from fleetctl.controller.classes import apply_class
 from fleetctl.controller.contract import RegisterRequest
 from fleetctl.controller.deployments import set_deployment
+from fleetctl.controller.leader import AdvisoryLockLeader
 from fleetctl.controller.nodes import register
 from fleetctl.controller.reconciler import current_plan
 from fleetctl.controller.runtime import ControllerRuntime, utc_now
@@ -58,3 +60,18 @@ def test_sqlite_is_always_leader(tmp_path: Path) -> None:
         assert instance.step() is not None and instance.is_leader
     finally:
         instance.stop()
+
+
+def test_a_released_lock_is_free_at_once(pg_url: str) -> None:
+    """Stepping down unlocks before closing: a closed connection frees the lock only once the server's backend
+    has exited, which on a loaded machine can be after the follower's next try."""
+    engine = create_engine(pg_url)
+    try:
+        for _ in range(50):
+            leader, follower = AdvisoryLockLeader(engine), AdvisoryLockLeader(engine)
+            assert leader.ensure() and not follower.ensure()
+            leader.release()
+            assert follower.ensure(), "the follower could not take the lock its leader had just released"
+            follower.release()
+    finally:
+        engine.dispose()
