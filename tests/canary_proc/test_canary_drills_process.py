@@ -44,9 +44,9 @@ CONTROLLER_ARGS = (
 GOLDEN = Path(__file__).with_name("tiny-quick.yaml")
 ALARMS = ("drifting", "failing")
 # The tests are tuned to a 15% shift; the drills send more, so that they are caught in fewer probes on two cores
-# (benchmarks/canary.py measures 15% at the default rate). The approximate top-k sampler changes a token in only
-# about a third of these short answers even at batch >= 4, so half the traffic goes there.
-FRACTION = {"LONG": 0.3, "KV16": 0.3, "TOPK": 0.5}
+# (benchmarks/canary.py measures 15% at the default rate): half, the most a drill sends (at 30% a detection took
+# 80-95 s of probing here).
+FRACTION = {"LONG": 0.5, "KV16": 0.5, "TOPK": 0.5}
 DETECT_S = 240.0
 RECOVER_S = 180.0
 

@@ -15,7 +15,7 @@ from fleetctl.cli.main import app
 from fleetctl.client import ControllerClient
 from fleetctl.controller.server import ServerThread
 from fleetctl.controller.settings import ControllerSettings
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema, role_tokens
+from fleetctl.controller.testing import PG_URL_ENV, migrated_sqlite, pg_test_schema, role_tokens
 
 CLASS_YAML = """\
 name: chat
@@ -69,11 +69,11 @@ def controller_fleet(backend: str, tmp_path: Path) -> Iterator[Fleet]:
     """The `fleet` fixture's body: a controller on `backend` (sqlite, or postgresql when FLEET_TEST_PG_URL
     is set; skipped otherwise) for one test, with a token per role."""
     if backend == "sqlite":
-        yield from _serve(f"sqlite:///{tmp_path / 'fleet.db'}", tmp_path)
+        yield from _serve(migrated_sqlite(tmp_path / "fleet.db"), tmp_path)
         return
     if not os.environ.get(PG_URL_ENV):
         pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
-    with pg_test_schema(os.environ[PG_URL_ENV]) as url:
+    with pg_test_schema(os.environ[PG_URL_ENV], migrated=True) as url:
         yield from _serve(url, tmp_path)
 
 

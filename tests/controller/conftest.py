@@ -1,5 +1,8 @@
 """Fixtures: every store/API test runs on SQLite and on the real PostgreSQL (FLEET_TEST_PG_URL; skipped
-with a reason when unset). Each PostgreSQL test gets its own schema, dropped afterwards."""
+with a reason when unset). Each PostgreSQL test gets its own schema, dropped afterwards.
+
+`db_url` is a database already at head (a copy of one migrated once per worker); `empty_db_url` an empty one,
+for the tests of the migrations themselves."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from fastapi.testclient import TestClient
 from fleetctl.controller.api.app import create_app
 from fleetctl.controller.runtime import ControllerRuntime
 from fleetctl.controller.settings import ControllerSettings
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema, role_tokens
+from fleetctl.controller.testing import PG_URL_ENV, migrated_sqlite, pg_test_schema, role_tokens
 
 
 def pg_base_url() -> str:
@@ -26,6 +29,15 @@ def pg_base_url() -> str:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield migrated_sqlite(tmp_path / "fleet.db")
+        return
+    with pg_test_schema(pg_base_url(), migrated=True) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fleet.db'}"
         return

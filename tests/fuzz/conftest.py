@@ -13,17 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shar
 
 from gateway.procs import Launcher  # noqa: E402
 
-from fleetctl.controller.testing import PG_URL_ENV, pg_test_schema  # noqa: E402
+from fleetctl.controller.testing import PG_URL_ENV, migrated_sqlite, pg_test_schema  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fleet.db'}"
+        yield migrated_sqlite(tmp_path / "fleet.db")
         return
     if not os.environ.get(PG_URL_ENV):
         pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
-    with pg_test_schema(os.environ[PG_URL_ENV]) as url:
+    with pg_test_schema(os.environ[PG_URL_ENV], migrated=True) as url:
         yield url
 
 
