@@ -489,7 +489,7 @@ def run_config(db: str, nodes: int, interval_s: float, warmup: float, window: fl
     with ExitStack() as stack:
         state_dir = Path(tempfile.mkdtemp(prefix=f"fleet-bench-{db}-{nodes}-"))
         stack.callback(shutil.rmtree, state_dir, ignore_errors=True)
-        db_url = stack.enter_context(pg_test_schema(PG_URL)) if db == "postgres" else None
+        db_url = stack.enter_context(pg_test_schema(PG_URL, durable=True)) if db == "postgres" else None
         ctl = start_controller(state_dir, db_url, interval_s)
         stack.callback(ctl.stop)
         agent_token, viewer = prepare_fleet(ctl, nodes)
@@ -568,7 +568,7 @@ def in_process(dbs: list[str], sizes: list[int], calls: int, rounds: int) -> dic
             for size in sizes:
                 with ExitStack() as stack:
                     if db == "postgres":
-                        url = stack.enter_context(pg_test_schema(PG_URL))
+                        url = stack.enter_context(pg_test_schema(PG_URL, durable=True))
                     else:
                         folder = tempfile.mkdtemp(prefix="fleet-bench-inproc-")
                         stack.callback(shutil.rmtree, folder, ignore_errors=True)

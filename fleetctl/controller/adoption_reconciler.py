@@ -46,7 +46,14 @@ class AdoptedEngineReconciler:
     interval_s = adoption.PROBE_INTERVAL_S
 
     def __init__(self, http: httpx.Client | None = None):
-        self.http = http or httpx.Client()
+        self._http = http
+
+    @property
+    def http(self) -> httpx.Client:
+        """Made on first use: most fleets adopt no engine, and a client costs a TLS context (~20 ms) to make."""
+        if self._http is None:
+            self._http = httpx.Client()
+        return self._http
 
     def snapshot(self, session: Session, now: datetime) -> AdoptedSnapshot:
         rows = adoption.adopted_engines(session)
@@ -81,4 +88,5 @@ class AdoptedEngineReconciler:
         return Result(AdoptedReport(len(decision.probes), released, changed), changed=bool(changed or released))
 
     def close(self) -> None:
-        self.http.close()
+        if self._http is not None:
+            self._http.close()

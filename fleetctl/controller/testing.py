@@ -48,26 +48,32 @@ def role_tokens(store: Store, prefix: str = "test") -> dict[str, str]:
     return issued
 
 
-def schema_url(base_url: str, schema: str) -> str:
-    """`base_url` with every connection's search_path set to `schema`."""
-    url = make_url(base_url)
-    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+def schema_url(base_url: str, schema: str, durable: bool = True) -> str:
+    """`base_url` with every connection's search_path set to `schema`; not `durable`: its commits do not wait
+    for the WAL flush (a test's data need not outlive a server crash; every commit is still atomic and visible)."""
+    options = f"-csearch_path={schema}" + ("" if durable else " -csynchronous_commit=off")
+    return make_url(base_url).update_query_dict({"options": options}).render_as_string(hide_password=False)
 
 
 @contextmanager
-def pg_test_schema(base_url: str, migrated: bool = False) -> Iterator[str]:
+def pg_test_schema(base_url: str, migrated: bool = False, durable: bool = False) -> Iterator[str]:
     """A new PostgreSQL schema for one test run (so parallel runs never collide), empty or (`migrated`) at
-    head; dropped after."""
+    head; dropped after. Not `durable` by default (see schema_url): a benchmark of the store asks for it."""
+    with _new_schema(base_url, _pg_migrated_script(base_url) if migrated else None) as schema:
+        yield schema_url(base_url, schema, durable)
+
+
+@contextmanager
+def _new_schema(base_url: str, script: str | None) -> Iterator[str]:
     schema = f"fleet_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base_url, poolclass=NullPool)
+    admin = create_engine(base_url, poolclass=NullPool, connect_args={"options": "-csynchronous_commit=off"})
     try:
-        script = _pg_migrated_script(base_url) if migrated else None
         with admin.begin() as conn:
             if script is None:
                 conn.execute(text(f'CREATE SCHEMA "{schema}"'))
             else:  # one round trip of plain DDL; the script creates the schema itself
                 conn.exec_driver_sql(script.replace(_TEMPLATE_SCHEMA, schema))
-        yield schema_url(base_url, schema)
+        yield schema
     finally:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
@@ -100,13 +106,12 @@ def _pg_migrated_script(base_url: str) -> str | None:
     caller then hands out an empty schema and the controller migrates it)."""
     if shutil.which("pg_dump") is None:
         return None
-    with pg_test_schema(base_url) as url:
-        engine = make_engine(url)
+    with _new_schema(base_url, None) as schema:
+        engine = make_engine(schema_url(base_url, schema))
         try:
             migrate(engine)
         finally:
             engine.dispose()
-        schema = make_url(url).query["options"].split("=", 1)[1]
         command = ["pg_dump", "--inserts", "--no-owner", "--no-privileges", "-n", schema, *_pg_dump_target(base_url)]
         password = make_url(base_url).password
         env = {**os.environ, "PGPASSWORD": str(password)} if password else None
