@@ -4,7 +4,9 @@ raises the fleetctl.errors class the controller named, and an unreachable or sil
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Iterator
+from functools import cache
 from typing import Any
 
 import httpx
@@ -34,10 +36,17 @@ def _unreachable(base_url: str, exc: httpx.HTTPError) -> Unavailable:
     return Unavailable(f"controller at {base_url} {kind} ({type(exc).__name__})")
 
 
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, made once per process: making one reads the CA bundle (~25 ms), which a
+    script or a test that opens many short-lived clients would pay for each."""
+    return httpx.create_ssl_context()
+
+
 def _client_kwargs(base_url: str, token: str | None, timeout: float) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout,
-            "limits": httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)}
+            "limits": httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S), "verify": _tls_context()}
 
 
 class ControllerClient(ControllerCalls):

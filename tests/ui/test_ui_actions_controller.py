@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual import events
 from typer.testing import CliRunner
 from uiscreens_data import FrozenClock, Script
 from uiscreens_fleet import (
@@ -66,13 +67,20 @@ def app_for(ctl: Controller, script: Script, role: str = "operator", readonly: b
                     clock=FrozenClock())
 
 
+async def paste(pilot: Any, text: str) -> None:
+    """Paste `text` into the focused input. Typing it key by key is tested with the modal alone
+    (test_ui_actions_confirm.py); here each key would wait for the process to go idle, which the controller
+    and the agent running in this process rarely let it (0.2-0.3 s a key)."""
+    pilot.app.focused.post_message(events.Paste(text))
+    await pilot.pause()
+
+
 async def confirm(pilot: Any, keys: str, reason: str) -> str:
     """Press the action's key(s), check the confirmation is up, type the reason, confirm; the command shown."""
     await pilot.press(*keys)
     await pilot.pause()
     assert isinstance(pilot.app.screen, ConfirmScreen)
-    await pilot.press(*reason)
-    await pilot.pause()
+    await paste(pilot, reason)
     shown = pilot.app.screen.query_one("#confirm-command").content.plain
     await pilot.press("enter")
     return shown.removeprefix("$ ")
@@ -82,7 +90,8 @@ async def cancel(pilot: Any, keys: str) -> None:
     await pilot.press(*keys)
     await pilot.pause()
     assert isinstance(pilot.app.screen, ConfirmScreen)
-    await pilot.press(*"not now", "escape")
+    await paste(pilot, "not now")
+    await pilot.press("escape")
     await pilot.pause()
     assert not isinstance(pilot.app.screen, ConfirmScreen)
 
@@ -195,7 +204,8 @@ async def test_node_and_engine_actions(fleet: Controller) -> None:
         for action in (actions.cordon_node("n2"), actions.drain_node("n1"), actions.drain_engine("n1", engine.name)):
             actions.request_action(app, action)
             await pilot.pause()
-            await pilot.press(*"no", "escape")
+            await paste(pilot, "no")
+            await pilot.press("escape")
             await pilot.pause()
         assert len(audit_of(fleet, actor)) == audited
         with fleet.client("viewer") as api:
@@ -209,7 +219,8 @@ async def test_node_and_engine_actions(fleet: Controller) -> None:
         for count, (action, changed) in enumerate(steps, start=1):
             actions.request_action(app, action)
             await pilot.pause()
-            await pilot.press(*f"step {count}", "enter")
+            await paste(pilot, f"step {count}")
+            await pilot.press("enter")
             assert (await done.next(count)).ok, done.messages[-1]
             with fleet.client("viewer") as api:
                 assert changed(api), action.title
