@@ -12,6 +12,7 @@ database migrated once per process, which the controller's own start then finds 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ from fleetctl.controller.db import Store, make_engine, migrate
 from fleetctl.controller.tokens import create_token
 
 PG_URL_ENV = "FLEET_TEST_PG_URL"
+
+log = logging.getLogger(__name__)
 
 
 def role_tokens(store: Store, prefix: str = "test") -> dict[str, str]:
@@ -102,8 +105,8 @@ _TEMPLATE_SCHEMA = f"fleet_template_{uuid.uuid4().hex[:12]}"
 
 @cache
 def _pg_migrated_script(base_url: str) -> str | None:
-    """pg_dump's script of a schema migrated to head, named _TEMPLATE_SCHEMA (None without pg_dump: the
-    caller then hands out an empty schema and the controller migrates it)."""
+    """pg_dump's script of a schema migrated to head, named _TEMPLATE_SCHEMA (None without a working pg_dump:
+    the caller then hands out an empty schema and the controller migrates it)."""
     if shutil.which("pg_dump") is None:
         return None
     with _new_schema(base_url, None) as schema:
@@ -115,7 +118,11 @@ def _pg_migrated_script(base_url: str) -> str | None:
         command = ["pg_dump", "--inserts", "--no-owner", "--no-privileges", "-n", schema, *_pg_dump_target(base_url)]
         password = make_url(base_url).password
         env = {**os.environ, "PGPASSWORD": str(password)} if password else None
-        dumped = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+        try:
+            dumped = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:  # e.g. a pg_dump older than the server
+            log.warning("pg_dump failed (%s): test schemas will be migrated one by one", exc)
+            return None
     # psql meta-commands (\restrict ...) are not SQL
     lines = [line for line in dumped.splitlines() if not line.startswith("\\")]
     return "\n".join(lines).replace(schema, _TEMPLATE_SCHEMA)
