@@ -46,6 +46,12 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def pg_base() -> str:
+    """The PostgreSQL server's URL itself (skipped when unset), for a test that makes its own schemas."""
+    return pg_base_url()
+
+
+@pytest.fixture
 def pg_url() -> Iterator[str]:
     with pg_test_schema(pg_base_url()) as url:
         yield url

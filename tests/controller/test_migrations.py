@@ -4,7 +4,6 @@ agree with the migrations (alembic's autogenerate comparison finds no difference
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 
 import pytest
@@ -15,7 +14,6 @@ from sqlalchemy import inspect
 
 from fleetctl.controller import testing
 from fleetctl.controller.db import alembic_config, current_revision, make_engine, migrate
-from fleetctl.controller.testing import PG_URL_ENV
 from fleetctl.controller.models import Base
 
 
@@ -58,19 +56,16 @@ def test_the_tests_migrated_copy_is_at_head_and_matches_the_models(db_url: str) 
 
 
 def test_without_a_working_pg_dump_a_migrated_schema_is_migrated_by_the_controller(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        pg_base: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pg_dump that fails (e.g. older than the server) costs time, not tests: the schema is handed out
     empty and migrating it reaches head."""
-    base_url = os.environ.get(PG_URL_ENV)
-    if not base_url:
-        pytest.skip(f"PostgreSQL tests need {PG_URL_ENV}")
 
     def failing_dump(command: list[str], **_kwargs: object) -> None:
         raise subprocess.CalledProcessError(1, command, stderr="pg_dump: error: server version mismatch")
 
     monkeypatch.setattr(testing.subprocess, "run", failing_dump)
     monkeypatch.setattr(testing, "_pg_migrated_script", functools.cache(testing._pg_migrated_script.__wrapped__))
-    with testing.pg_test_schema(base_url, migrated=True) as url:
+    with testing.pg_test_schema(pg_base, migrated=True) as url:
         engine = make_engine(url)
         try:
             assert inspect(engine).get_table_names() == []
